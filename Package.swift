@@ -1,0 +1,71 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "Beacon",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "beacond", targets: ["beacond"]),
+        .executable(name: "beacon", targets: ["beacon"]),
+        .library(name: "BeaconDaemon", targets: ["BeaconDaemon"]),
+        .library(name: "BeaconWire", targets: ["BeaconWire"]),
+        .library(name: "BeaconProtocol", targets: ["BeaconProtocol"]),
+        .library(name: "BeaconJournal", targets: ["BeaconJournal"]),
+        .library(name: "BeaconZMQ", targets: ["BeaconZMQ"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        // C libraries, each imported by exactly one Swift target.
+        .systemLibrary(name: "CBeaconZMQ", providers: [.apt(["libzmq3-dev"])]),
+        .systemLibrary(name: "CBeaconSQLite", providers: [.apt(["libsqlite3-dev"])]),
+
+        // Thin Swift wrappers over the C libraries.
+        .target(name: "BeaconZMQ", dependencies: ["CBeaconZMQ"]),
+        .target(name: "BeaconJournal", dependencies: [
+            "CBeaconSQLite",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+
+        // Wire schema (generated from proto/) and its validation rules.
+        .target(name: "BeaconProtocol", dependencies: [
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+        ]),
+
+        // A small blocking client of the wire protocol: tests, benchmarks and the CLI use it.
+        .target(name: "BeaconWire", dependencies: ["BeaconZMQ", "BeaconProtocol"]),
+
+        // The daemon as a library, so that tests can run it in-process.
+        .target(name: "BeaconDaemon", dependencies: [
+            "BeaconZMQ", "BeaconJournal", "BeaconProtocol",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+
+        .executableTarget(name: "beacond", dependencies: [
+            "BeaconDaemon",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+        .executableTarget(name: "beacon", dependencies: [
+            "BeaconWire", "BeaconProtocol",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "BeaconBench", dependencies: [
+            "BeaconWire", "BeaconZMQ", "BeaconProtocol",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
+        .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal"]),
+        .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol"]),
+        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal"]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconJournal"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

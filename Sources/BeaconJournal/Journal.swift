@@ -1,0 +1,440 @@
+import Foundation
+internal import CBeaconSQLite
+
+/// The durable record of every change: an append-only change log keyed by revision plus the
+/// current state of every key, in one SQLite file in WAL mode.
+///
+/// The journal is used by one thread at a time; it holds its file exclusively, so a second
+/// process opening the same file gets a ``JournalError`` with code ``JournalError/Code/locked``.
+public final class Journal {
+    /// The schema version this code writes; older journals are migrated at open.
+    public static let schemaVersion: Int64 = 1
+
+    /// Where the journal lives.
+    public let path: String
+    /// The journal's identity: random, chosen when the file was created, kept across restarts.
+    public private(set) var epoch: UInt64 = 0
+    /// The highest committed revision (0 for a new journal).
+    public private(set) var headRevision: UInt64 = 0
+    /// History at or below this revision has been compacted: only the latest change per key remains.
+    public private(set) var compactedRevision: UInt64 = 0
+
+    private let database: SQLiteDatabase
+    private var insertChange: SQLiteStatement!
+    private var upsertState: SQLiteStatement!
+    private var begin: SQLiteStatement!
+    private var commitStatement: SQLiteStatement!
+    private var rollbackStatement: SQLiteStatement!
+
+    /// Opens the journal at `path`, creating it (and a new epoch) when it does not exist.
+    ///
+    /// Checks integrity, migrates older schemas and takes an exclusive lock on the file.
+    /// - Parameters:
+    ///   - path: the SQLite file.
+    ///   - durability: how commits are synced (see ``Durability``).
+    /// - Throws: ``JournalError`` when the file is locked, damaged, unwritable or too new.
+    public init(path: String, durability: Durability = .normal) throws(JournalError) {
+        self.path = path
+        do {
+            database = try SQLiteDatabase(path: path)
+        } catch {
+            throw JournalError(error, while: "cannot open \(path)")
+        }
+        do {
+            try database.execute("PRAGMA busy_timeout = 0")
+            // Exclusive locking: one daemon per journal, and WAL without a shared-memory file.
+            try database.execute("PRAGMA locking_mode = EXCLUSIVE")
+            guard try database.scalarText("PRAGMA journal_mode = WAL")?.lowercased() == "wal" else {
+                throw JournalError(code: .readOnly, message: "cannot switch \(path) to WAL mode")
+            }
+            try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+            // Takes the exclusive lock now rather than at the first write.
+            try database.execute("BEGIN IMMEDIATE; COMMIT")
+            try checkIntegrity()
+            try migrate()
+            try prepareStatements()
+            try loadMeta()
+        } catch let error as JournalError {
+            throw error
+        } catch let error as SQLiteError {
+            if error.isBusy {
+                throw JournalError(code: .locked, message: "\(path) is in use by another process (is another beacond running on this state directory?)", underlying: error)
+            }
+            throw JournalError(error, while: "cannot open \(path)")
+        } catch {
+            throw JournalError(code: .io, message: "\(error)")
+        }
+    }
+
+    /// Closes the file; further calls fail. Idempotent.
+    public func close() {
+        insertChange = nil
+        upsertState = nil
+        begin = nil
+        commitStatement = nil
+        rollbackStatement = nil
+        if database.handle != nil {
+            try? database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        database.close()
+    }
+
+    deinit { close() }
+
+    private func checkIntegrity() throws {
+        let result = try database.scalarText("PRAGMA quick_check") ?? "no answer"
+        if result != "ok" {
+            throw JournalError(code: .corrupt, message: "\(path) failed its integrity check: \(result)")
+        }
+    }
+
+    private func migrate() throws {
+        let version = try database.scalarInt("PRAGMA user_version") ?? 0
+        if version > Journal.schemaVersion {
+            throw JournalError(code: .schemaTooNew, message: "\(path) has schema \(version); this beacond knows up to \(Journal.schemaVersion)")
+        }
+        if version == Journal.schemaVersion { return }
+        if version == 0, try database.scalarInt("SELECT count(*) FROM sqlite_master") ?? 0 > 0 {
+            throw JournalError(code: .corrupt, message: "\(path) is an SQLite file but not a Beacon journal")
+        }
+        try database.execute("BEGIN IMMEDIATE")
+        do {
+            for step in (version + 1)...Journal.schemaVersion {
+                try database.execute(Journal.migrations[Int(step) - 1])
+            }
+            let epoch = UInt64.random(in: 1...UInt64(Int64.max))
+            let now = Journal.nowMilliseconds()
+            try database.execute("""
+                INSERT OR IGNORE INTO meta(name, value) VALUES ('epoch', \(epoch));
+                INSERT OR IGNORE INTO meta(name, value) VALUES ('compacted_revision', 0);
+                INSERT OR IGNORE INTO meta(name, value) VALUES ('created_ms', \(now));
+                PRAGMA user_version = \(Journal.schemaVersion);
+                """)
+            try database.execute("COMMIT")
+        } catch {
+            try? database.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Schema steps; entry N-1 migrates from version N-1 to N. Never edit a released step.
+    static let migrations = [
+        """
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE changes (
+            revision INTEGER NOT NULL, part INTEGER NOT NULL, parts INTEGER NOT NULL,
+            kind INTEGER NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,
+            version INTEGER NOT NULL, create_revision INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+            timestamp INTEGER NOT NULL, write_id BLOB,
+            PRIMARY KEY (revision, part)) WITHOUT ROWID;
+        CREATE INDEX changes_by_key ON changes(key, revision);
+        CREATE TABLE state (
+            key TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL,
+            create_revision INTEGER NOT NULL, mod_revision INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL, deleted INTEGER NOT NULL) WITHOUT ROWID;
+        """,
+    ]
+
+    private func prepareStatements() throws(SQLiteError) {
+        insertChange = try database.prepare("""
+            INSERT INTO changes(revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            """)
+        upsertState = try database.prepare("""
+            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version,
+              create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
+              expires_at = excluded.expires_at, deleted = excluded.deleted
+            """)
+        begin = try database.prepare("BEGIN IMMEDIATE")
+        commitStatement = try database.prepare("COMMIT")
+        rollbackStatement = try database.prepare("ROLLBACK")
+    }
+
+    private func loadMeta() throws(SQLiteError) {
+        epoch = UInt64(bitPattern: try database.scalarInt("SELECT value FROM meta WHERE name = 'epoch'") ?? 0)
+        compactedRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'compacted_revision'") ?? 0)
+        let lastChange = UInt64(try database.scalarInt("SELECT max(revision) FROM changes") ?? 0)
+        headRevision = max(lastChange, compactedRevision)
+    }
+
+    // MARK: Writing
+
+    /// Appends `changes` (one or more whole revisions, in order) in one transaction and updates
+    /// the current state to match. Either all of them are durable when this returns, or none.
+    /// - Throws: ``JournalError`` (`full`, `readOnly`, `io`); the journal is unchanged then.
+    public func append(_ changes: [JournalChange]) throws(JournalError) {
+        guard !changes.isEmpty else { return }
+        precondition(changes[0].revision > headRevision, "revisions must increase")
+        do throws(SQLiteError) {
+            try begin.run()
+            do throws(SQLiteError) {
+                for change in changes {
+                    try insert(change)
+                }
+                try commitStatement.run()
+            } catch {
+                try? rollbackStatement.run()
+                throw error
+            }
+        } catch {
+            throw JournalError(error, while: "cannot append revision \(changes[0].revision)")
+        }
+        headRevision = changes[changes.count - 1].revision
+    }
+
+    private func insert(_ change: JournalChange) throws(SQLiteError) {
+        let statement = insertChange!
+        statement.bind(1, change.revision)
+        statement.bind(2, Int64(change.part))
+        statement.bind(3, Int64(change.parts))
+        statement.bind(4, change.kind.rawValue)
+        statement.bind(5, change.key)
+        statement.bind(6, blob: change.value)
+        statement.bind(7, change.version)
+        statement.bind(8, change.createRevision)
+        statement.bind(9, change.expiresAtMilliseconds)
+        statement.bind(10, change.timestampMilliseconds)
+        statement.bind(11, blob: change.writeID)
+        try statement.run()
+
+        let state = upsertState!
+        state.bind(1, change.key)
+        state.bind(2, blob: change.value)
+        state.bind(3, change.version)
+        state.bind(4, change.createRevision)
+        state.bind(5, change.revision)
+        state.bind(6, change.expiresAtMilliseconds)
+        state.bind(7, Int64(change.kind == .put ? 0 : 1))
+        try state.run()
+    }
+
+    // MARK: Reading
+
+    /// Every key's current state, tombstones included, in key order.
+    public func loadState() throws(JournalError) -> [JournalEntry] {
+        do {
+            let statement = try database.prepare(
+                "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted FROM state ORDER BY key")
+            var entries: [JournalEntry] = []
+            while try statement.step() {
+                entries.append(JournalEntry(
+                    key: statement.text(0), value: statement.blob(1) ?? [], version: statement.uint(2),
+                    createRevision: statement.uint(3), modRevision: statement.uint(4),
+                    expiresAtMilliseconds: statement.uint(5), isDeleted: statement.int(6) != 0))
+            }
+            return entries
+        } catch {
+            throw JournalError(error, while: "cannot read state")
+        }
+    }
+
+    /// Changes with `from <= revision <= to`, for keys equal to `prefix` (`exact`) or starting
+    /// with it, in revision order, at most about `limit` (whole revisions; at least one).
+    /// - Returns: the changes and whether more follow after the last one's revision.
+    public func changes(prefix: String, exact: Bool = false, from: UInt64, to: UInt64, limit: Int) throws(JournalError) -> (changes: [JournalChange], more: Bool) {
+        guard from <= to else { return ([], false) }
+        do {
+            let filter: String
+            if exact {
+                filter = "key = ?3"
+            } else if let upper = Journal.upperBound(prefix) {
+                filter = "key >= ?3 AND key < ?4"
+                _ = upper
+            } else {
+                filter = "?3 = ?3"
+            }
+            let statement = try database.prepare("""
+                SELECT revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id
+                FROM changes WHERE revision >= ?1 AND revision <= ?2 AND \(filter)
+                ORDER BY revision, part LIMIT ?5
+                """)
+            statement.bind(1, from)
+            statement.bind(2, to)
+            statement.bind(3, prefix)
+            if let upper = Journal.upperBound(prefix) { statement.bind(4, upper) }
+            statement.bind(5, Int64(max(limit, 1)))
+            var rows = try Journal.readChanges(statement)
+            var more = false
+            if rows.count >= max(limit, 1), let last = rows.last {
+                more = true
+                // Finish the last revision so a page never splits one.
+                let rest = try database.prepare("""
+                    SELECT revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id
+                    FROM changes WHERE revision = ?1 AND part > ?6 AND \(filter) ORDER BY part
+                    """)
+                rest.bind(1, last.revision)
+                rest.bind(3, prefix)
+                if let upper = Journal.upperBound(prefix) { rest.bind(4, upper) }
+                rest.bind(6, Int64(last.part))
+                rows += try Journal.readChanges(rest)
+                if last.revision >= to { more = false }
+            }
+            return (rows, more)
+        } catch {
+            throw JournalError(error, while: "cannot read changes")
+        }
+    }
+
+    private static func readChanges(_ statement: SQLiteStatement) throws(SQLiteError) -> [JournalChange] {
+        var rows: [JournalChange] = []
+        while try statement.step() {
+            rows.append(JournalChange(
+                revision: statement.uint(0), part: UInt32(statement.int(1)), parts: UInt32(statement.int(2)),
+                kind: ChangeKind(rawValue: statement.int(3)) ?? .put, key: statement.text(4),
+                value: statement.blob(5) ?? [], version: statement.uint(6), createRevision: statement.uint(7),
+                expiresAtMilliseconds: statement.uint(8), timestampMilliseconds: statement.uint(9),
+                writeID: statement.blob(10)))
+        }
+        return rows
+    }
+
+    /// The live keys under `prefix` as they were at `revision` (which must be at or above
+    /// ``compactedRevision``), in key order after `startAfter`, at most `limit` (0: all).
+    public func snapshot(prefix: String, at revision: UInt64, startAfter: String = "", limit: Int = 0) throws(JournalError) -> [JournalEntry] {
+        do {
+            let upper = Journal.upperBound(prefix) ?? "\u{7F}"
+            let statement = try database.prepare("""
+                SELECT key, value, version, create_revision, revision, expires_at FROM changes AS c
+                WHERE key >= ?1 AND key < ?2 AND key > ?3 AND revision <= ?4 AND kind = 0
+                  AND revision = (SELECT max(revision) FROM changes WHERE key = c.key AND revision <= ?4)
+                ORDER BY key LIMIT ?5
+                """)
+            statement.bind(1, prefix)
+            statement.bind(2, upper)
+            statement.bind(3, startAfter)
+            statement.bind(4, revision)
+            statement.bind(5, Int64(limit > 0 ? limit : -1))
+            var entries: [JournalEntry] = []
+            while try statement.step() {
+                entries.append(JournalEntry(
+                    key: statement.text(0), value: statement.blob(1) ?? [], version: statement.uint(2),
+                    createRevision: statement.uint(3), modRevision: statement.uint(4),
+                    expiresAtMilliseconds: statement.uint(5), isDeleted: false))
+            }
+            return entries
+        } catch {
+            throw JournalError(error, while: "cannot read snapshot")
+        }
+    }
+
+    /// The revision of the last change under `prefix` at or below `revision`, tombstones included
+    /// (0 if none is retained).
+    public func lastRevision(prefix: String, atOrBelow revision: UInt64) throws(JournalError) -> UInt64 {
+        do {
+            let upper = Journal.upperBound(prefix) ?? "\u{7F}"
+            let statement = try database.prepare(
+                "SELECT max(revision) FROM changes WHERE key >= ?1 AND key < ?2 AND revision <= ?3")
+            statement.bind(1, prefix)
+            statement.bind(2, upper)
+            statement.bind(3, revision)
+            guard try statement.step(), !statement.isNull(0) else { return 0 }
+            return statement.uint(0)
+        } catch {
+            throw JournalError(error, while: "cannot read prefix revision")
+        }
+    }
+
+    /// Write ids recorded in the last `revisions` revisions with the revision each committed.
+    public func recentWriteIDs(revisions: UInt64) throws(JournalError) -> [(writeID: [UInt8], revision: UInt64)] {
+        do {
+            let statement = try database.prepare(
+                "SELECT write_id, revision FROM changes WHERE revision > ?1 AND part = 0 AND write_id IS NOT NULL ORDER BY revision")
+            statement.bind(1, headRevision > revisions ? headRevision - revisions : 0)
+            var result: [(writeID: [UInt8], revision: UInt64)] = []
+            while try statement.step() {
+                result.append((statement.blob(0) ?? [], statement.uint(1)))
+            }
+            return result
+        } catch {
+            throw JournalError(error, while: "cannot read write ids")
+        }
+    }
+
+    /// The latest revision whose commit time is before `milliseconds` (Unix), or 0.
+    public func lastRevision(before milliseconds: UInt64) throws(JournalError) -> UInt64 {
+        do {
+            let statement = try database.prepare(
+                "SELECT revision FROM changes WHERE timestamp < ?1 ORDER BY revision DESC LIMIT 1")
+            statement.bind(1, milliseconds)
+            guard try statement.step() else { return 0 }
+            return statement.uint(0)
+        } catch {
+            throw JournalError(error, while: "cannot read timestamps")
+        }
+    }
+
+    /// The file's size in bytes, write-ahead log included.
+    public var sizeInBytes: UInt64 {
+        func size(_ file: String) -> UInt64 {
+            ((try? FileManager.default.attributesOfItem(atPath: file))?[.size] as? NSNumber)?.uint64Value ?? 0
+        }
+        return size(path) + size(path + "-wal")
+    }
+
+    // MARK: Compaction
+
+    /// The revision that `policy` allows compacting through now.
+    public func compactionTarget(for policy: RetentionPolicy, nowMilliseconds: UInt64 = Journal.nowMilliseconds()) throws(JournalError) -> UInt64 {
+        var target: UInt64 = 0
+        if let keep = policy.revisions, headRevision > keep {
+            target = headRevision - keep
+        }
+        if let age = policy.maxAgeMilliseconds, nowMilliseconds > age {
+            target = max(target, try lastRevision(before: nowMilliseconds - age))
+        }
+        return min(target, headRevision)
+    }
+
+    /// Drops history at or below `revision` that a snapshot at `revision` does not need: every
+    /// change that a later change (at or below `revision`) to the same key superseded, and
+    /// deletions. Current state is kept. Delta and history requests from below `revision`
+    /// must then resync.
+    /// - Returns: the number of change records removed.
+    @discardableResult
+    public func compact(through revision: UInt64) throws(JournalError) -> Int {
+        let target = min(revision, headRevision)
+        guard target > compactedRevision else { return 0 }
+        do {
+            try database.execute("BEGIN IMMEDIATE")
+            do {
+                let prune = try database.prepare("""
+                    DELETE FROM changes WHERE revision <= ?1 AND (kind != 0 OR revision <
+                      (SELECT max(c2.revision) FROM changes AS c2 WHERE c2.key = changes.key AND c2.revision <= ?1))
+                    """)
+                prune.bind(1, target)
+                try prune.run()
+                let removed = database.changes
+                let tombstones = try database.prepare("DELETE FROM state WHERE deleted = 1 AND mod_revision <= ?1")
+                tombstones.bind(1, target)
+                try tombstones.run()
+                let meta = try database.prepare("UPDATE meta SET value = ?1 WHERE name = 'compacted_revision'")
+                meta.bind(1, target)
+                try meta.run()
+                try database.execute("COMMIT")
+                compactedRevision = target
+                return removed
+            } catch {
+                try? database.execute("ROLLBACK")
+                throw error
+            }
+        } catch let error as SQLiteError {
+            throw JournalError(error, while: "cannot compact through \(target)")
+        } catch {
+            throw JournalError(code: .io, message: "\(error)")
+        }
+    }
+
+    // MARK: Helpers
+
+    /// Upper bound of a key range for `prefix` (keys never contain 0x7F), `nil` for all keys.
+    static func upperBound(_ prefix: String) -> String? {
+        prefix.isEmpty ? nil : prefix + "\u{7F}"
+    }
+
+    /// Wall-clock time in Unix milliseconds.
+    public static func nowMilliseconds() -> UInt64 {
+        UInt64(Date().timeIntervalSince1970 * 1000)
+    }
+}

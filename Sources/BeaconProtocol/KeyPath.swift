@@ -1,0 +1,82 @@
+/// Validation of keys and prefixes (proto/PROTOCOL.md, "Keys").
+///
+/// A key is 1 to 256 bytes of segments joined by `.`; a segment is one or more of
+/// `A–Z a–z 0–9 _ - : @ /`. A prefix is any leading part of a key, including the empty prefix.
+public enum KeyPath {
+    /// Why a key or prefix was refused.
+    public enum Problem: Error, Equatable, Sendable, CustomStringConvertible {
+        case empty
+        case tooLong(bytes: Int)
+        case invalidCharacter(UInt8, offset: Int)
+        case emptySegment(offset: Int)
+
+        public var description: String {
+            switch self {
+            case .empty: "key is empty"
+            case .tooLong(let bytes): "key is \(bytes) bytes; the limit is \(WireLimits.maxKeyBytes)"
+            case .invalidCharacter(let byte, let offset):
+                "character \(byte < 0x20 || byte > 0x7E ? "0x" + String(byte, radix: 16) : "'\(Character(UnicodeScalar(byte)))'") at offset \(offset) is not allowed in a key (allowed: A-Z a-z 0-9 _ - : @ / and . between segments)"
+            case .emptySegment(let offset): "empty segment at offset \(offset) (keys may not start or end with '.', nor contain '..')"
+            }
+        }
+    }
+
+    @inline(__always)
+    static func isSegmentByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "/"):
+            true
+        default:
+            false
+        }
+    }
+
+    /// Returns why `key` is not a valid key, or `nil` when it is.
+    public static func problem(key: String) -> Problem? {
+        check(key, asPrefix: false)
+    }
+
+    /// Returns why `prefix` is not a valid prefix, or `nil` when it is.
+    public static func problem(prefix: String) -> Problem? {
+        check(prefix, asPrefix: true)
+    }
+
+    private static func check(_ text: String, asPrefix: Bool) -> Problem? {
+        var utf8 = text.utf8
+        if let problem = utf8.withContiguousStorageIfAvailable({ scan($0, asPrefix: asPrefix) }) {
+            return problem
+        }
+        var copy = text
+        copy.makeContiguousUTF8()
+        utf8 = copy.utf8
+        return utf8.withContiguousStorageIfAvailable { scan($0, asPrefix: asPrefix) } ?? nil
+    }
+
+    private static func scan(_ bytes: UnsafeBufferPointer<UInt8>, asPrefix: Bool) -> Problem? {
+        if bytes.isEmpty { return asPrefix ? nil : .empty }
+        if bytes.count > WireLimits.maxKeyBytes { return .tooLong(bytes: bytes.count) }
+        var segmentLength = 0
+        for (offset, byte) in bytes.enumerated() {
+            if byte == UInt8(ascii: ".") {
+                if segmentLength == 0 { return .emptySegment(offset: offset) }
+                segmentLength = 0
+            } else if isSegmentByte(byte) {
+                segmentLength += 1
+            } else {
+                return .invalidCharacter(byte, offset: offset)
+            }
+        }
+        if segmentLength == 0 && !asPrefix { return .emptySegment(offset: bytes.count) }
+        return nil
+    }
+
+    /// The smallest string greater than every string that starts with `prefix`, or `nil` for the
+    /// empty prefix (no upper bound). Used for range scans.
+    public static func upperBound(ofPrefix prefix: String) -> String? {
+        guard !prefix.isEmpty else { return nil }
+        // Every key byte is below 0x7F, so appending 0x7F bounds all extensions of the prefix.
+        return prefix + "\u{7F}"
+    }
+}

@@ -1,0 +1,59 @@
+internal import CBeaconZMQ
+
+/// A connection event that libzmq reports for a monitored socket.
+public struct ZMQMonitorEvent: Sendable, Equatable {
+    /// The kind of event.
+    public struct Kind: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt16
+        public init(rawValue: UInt16) { self.rawValue = rawValue }
+        public static let connected = Kind(rawValue: UInt16(ZMQ_EVENT_CONNECTED))
+        public static let connectDelayed = Kind(rawValue: UInt16(ZMQ_EVENT_CONNECT_DELAYED))
+        public static let connectRetried = Kind(rawValue: UInt16(ZMQ_EVENT_CONNECT_RETRIED))
+        public static let listening = Kind(rawValue: UInt16(ZMQ_EVENT_LISTENING))
+        public static let bindFailed = Kind(rawValue: UInt16(ZMQ_EVENT_BIND_FAILED))
+        public static let accepted = Kind(rawValue: UInt16(ZMQ_EVENT_ACCEPTED))
+        public static let acceptFailed = Kind(rawValue: UInt16(ZMQ_EVENT_ACCEPT_FAILED))
+        public static let closed = Kind(rawValue: UInt16(ZMQ_EVENT_CLOSED))
+        public static let closeFailed = Kind(rawValue: UInt16(ZMQ_EVENT_CLOSE_FAILED))
+        public static let disconnected = Kind(rawValue: UInt16(ZMQ_EVENT_DISCONNECTED))
+        public static let monitorStopped = Kind(rawValue: UInt16(ZMQ_EVENT_MONITOR_STOPPED))
+        public static let handshakeSucceeded = Kind(rawValue: UInt16(ZMQ_EVENT_HANDSHAKE_SUCCEEDED))
+        public static let all = Kind(rawValue: 0xFFFF)
+    }
+
+    /// What happened.
+    public var kind: Kind
+    /// The event's value: a file descriptor, an errno or a retry interval, depending on `kind`.
+    public var value: UInt32
+    /// The endpoint the event concerns.
+    public var endpoint: String
+}
+
+extension ZMQSocket {
+    /// Starts reporting `events` of this socket on a PAIR socket returned to the caller.
+    ///
+    /// - Parameters:
+    ///   - events: the kinds to report.
+    ///   - name: a unique name for the inproc endpoint that carries the events.
+    /// - Returns: a PAIR socket to read events from with ``ZMQSocket/receiveMonitorEvent(flags:)``.
+    /// - Throws: ``ZMQError`` when monitoring cannot start.
+    public func monitor(events: ZMQMonitorEvent.Kind = .all, name: String) throws(ZMQError) -> ZMQSocket {
+        let socket = try live
+        let endpoint = "inproc://\(name)"
+        try zmqCall("zmq_socket_monitor(\(endpoint))") { zmq_socket_monitor(socket, endpoint, Int32(events.rawValue)) }
+        let pair = try ZMQSocket(context, type: .pair)
+        try pair.connect(endpoint)
+        return pair
+    }
+
+    /// Reads one event from a PAIR socket made by ``monitor(events:name:)``.
+    /// - Returns: `nil` when `.dontWait` was given and no event was waiting.
+    public func receiveMonitorEvent(flags: ZMQFlags = []) throws(ZMQError) -> ZMQMonitorEvent? {
+        guard let frames = try receiveMessage(flags: flags), frames.count >= 2 else { return nil }
+        let header = frames[0].bytes
+        guard header.count >= 6 else { return nil }
+        let kind = UInt16(header[0]) | UInt16(header[1]) << 8
+        let value = UInt32(header[2]) | UInt32(header[3]) << 8 | UInt32(header[4]) << 16 | UInt32(header[5]) << 24
+        return ZMQMonitorEvent(kind: .init(rawValue: kind), value: value, endpoint: frames[1].string)
+    }
+}
