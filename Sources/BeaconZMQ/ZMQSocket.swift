@@ -188,6 +188,16 @@ public final class ZMQSocket {
         try zmqCall("zmq_setsockopt(\(option))") { zmq_setsockopt(socket, option, &value, MemoryLayout<Int32>.size) }
     }
 
+    /// Sets a 64-bit integer socket option (`ZMQ_MAXMSGSIZE`, `ZMQ_AFFINITY`).
+    public func setOption(_ option: Int32, int64 value: Int64) throws(ZMQError) {
+        let socket = try live
+        var value = value
+        try zmqCall("zmq_setsockopt(\(option))") { zmq_setsockopt(socket, option, &value, MemoryLayout<Int64>.size) }
+    }
+
+    /// Limits inbound messages to `bytes`; a peer that sends a larger one is disconnected.
+    public func setMaxMessageSize(_ bytes: Int64) throws(ZMQError) { try setOption(ZMQ_MAXMSGSIZE, int64: bytes) }
+
     /// Sets a byte-string socket option (`ZMQ_*` constant).
     public func setOption(_ option: Int32, bytes: [UInt8]) throws(ZMQError) {
         let socket = try live
@@ -244,7 +254,6 @@ public final class ZMQSocket {
         public static let sendTimeout = ZMQ_SNDTIMEO
         public static let immediate = ZMQ_IMMEDIATE
         public static let reconnectInterval = ZMQ_RECONNECT_IVL
-        public static let maxMessageSize = ZMQ_MAXMSGSIZE
         public static let routingID = ZMQ_ROUTING_ID
         public static let xpubNoDrop = ZMQ_XPUB_NODROP
         public static let fileDescriptor = ZMQ_FD

@@ -1,0 +1,283 @@
+import BeaconJournal
+import BeaconProtocol
+import BeaconZMQ
+import Foundation
+import SwiftProtobuf
+
+extension BeaconServer {
+    /// Handles one message from the request socket: routing envelope, then the body.
+    func handle(_ frames: [ZMQMessage]) {
+        counters.requests += 1
+        guard frames.count >= 2 else { return }  // a ROUTER always prepends the peer's id
+        let envelope = Array(frames.dropLast())
+        let request: Beacon_V1_Request
+        do {
+            request = try frames[frames.count - 1].withUnsafeBytes { buffer in
+                try Beacon_V1_Request(serializedBytes: Array(buffer))
+            }
+        } catch {
+            logger.debug("malformed request", metadata: ["bytes": "\(frames[frames.count - 1].count)"])
+            return reject(envelope, 0, .malformed, "the body is not a beacon.v1.Request: \(error)")
+        }
+        switch request.op {
+        case .put, .delete, .txn:
+            stageWrite(request, envelope: envelope)
+        case nil:
+            reject(envelope, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
+        case .some(let op):
+            // Reads see only committed state: commit what is staged first.
+            flushWrites()
+            do {
+                var reply = try answer(op)
+                reply.id = request.id
+                send(reply, to: envelope)
+            } catch {
+                counters.rejected += 1
+                var reply = Beacon_V1_Reply()
+                reply.id = request.id
+                var wireError = error.error
+                wireError.headRevision = store.headRevision
+                reply.error = wireError
+                send(reply, to: envelope)
+            }
+        }
+    }
+
+    private func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "") -> WriteRejection {
+        var error = Beacon_V1_Error()
+        error.code = code
+        error.message = message
+        error.key = key
+        return WriteRejection(error: error)
+    }
+
+    private func checkPrefix(_ prefix: String) throws(WriteRejection) {
+        if let problem = KeyPath.problem(prefix: prefix) {
+            throw failure(.invalidKey, "prefix: \(problem)", key: prefix)
+        }
+    }
+
+    private func journalFailure(_ error: JournalError) -> WriteRejection {
+        logger.error("journal read failed", metadata: ["error": "\(error)"])
+        return failure(.internal, error.description)
+    }
+
+    private func compactedFailure(_ revision: UInt64) -> WriteRejection {
+        var rejection = failure(.compacted, "history at revision \(revision) was compacted (through \(journal.compactedRevision)); resync from a snapshot")
+        rejection.error.compactedRevision = journal.compactedRevision
+        return rejection
+    }
+
+    /// Answers a read, snapshot, history, stats or admin request.
+    private func answer(_ op: Beacon_V1_Request.OneOf_Op) throws(WriteRejection) -> Beacon_V1_Reply {
+        var reply = Beacon_V1_Reply()
+        let now = Journal.nowMilliseconds()
+        switch op {
+        case .ping:
+            reply.ping = .with {
+                $0.protocolVersion = WireLimits.protocolVersion
+                $0.epoch = journal.epoch
+                $0.instance = instance
+                $0.headRevision = store.headRevision
+                $0.compactedRevision = journal.compactedRevision
+                $0.heartbeatIntervalMs = configuration.heartbeatIntervalMilliseconds
+                $0.daemonVersion = BeaconVersion.string
+            }
+
+        case .get(let get):
+            if let problem = KeyPath.problem(key: get.key) { throw failure(.invalidKey, problem.description, key: get.key) }
+            guard let entry = store.live(get.key) else { throw failure(.notFound, "key '\(get.key)' does not exist", key: get.key) }
+            reply.get = .with {
+                $0.kv = Self.keyValue(get.key, entry)
+                $0.revision = store.headRevision
+            }
+
+        case .list(let list):
+            try checkPrefix(list.prefix)
+            var result = Beacon_V1_ListReply()
+            result.revision = store.headRevision
+            let limit = list.limit == 0 ? Int.max : Int(list.limit)
+            store.forEach(prefix: list.prefix, after: list.startAfter) { key, entry in
+                guard !entry.isDeleted else { return true }
+                if result.kvs.count == limit { result.more = true; return false }
+                var kv = Self.keyValue(key, entry)
+                if list.keysOnly { kv.clearValue() }
+                result.kvs.append(kv)
+                return true
+            }
+            reply.list = result
+
+        case .snapshot(let request):
+            try checkPrefix(request.prefix)
+            reply.snapshot = try snapshot(request, now: now)
+
+        case .delta(let delta):
+            try checkPrefix(delta.prefix)
+            if delta.sinceRevision < journal.compactedRevision { throw compactedFailure(delta.sinceRevision) }
+            if delta.sinceRevision > store.headRevision {
+                throw failure(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
+            }
+            let prefixRevision = tracker.lease(delta.prefix, until: now + configuration.prefixLeaseMilliseconds) {
+                initialRevision(prefix: delta.prefix)
+            }
+            var events = try events(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
+                                    to: store.headRevision, limit: delta.limit)
+            events.prefixRevision = prefixRevision
+            reply.events = events
+
+        case .history(let history):
+            if history.exact {
+                if let problem = KeyPath.problem(key: history.prefix) { throw failure(.invalidKey, problem.description, key: history.prefix) }
+            } else {
+                try checkPrefix(history.prefix)
+            }
+            if history.fromRevision != 0 && history.fromRevision <= journal.compactedRevision {
+                throw compactedFailure(history.fromRevision)
+            }
+            let to = history.toRevision == 0 ? store.headRevision : min(history.toRevision, store.headRevision)
+            reply.events = try events(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
+                                      to: to, limit: history.limit)
+
+        case .stats:
+            reply.stats = .with {
+                $0.epoch = journal.epoch
+                $0.instance = instance
+                $0.headRevision = store.headRevision
+                $0.compactedRevision = journal.compactedRevision
+                $0.keys = UInt64(store.liveCount)
+                $0.tombstones = UInt64(store.tombstoneCount)
+                $0.journalBytes = journal.sizeInBytes
+                $0.writes = counters.writes
+                $0.rejected = counters.rejected
+                $0.published = counters.published
+                $0.requests = counters.requests
+                $0.commits = counters.commits
+                $0.trackedPrefixes = UInt32(tracker.tracked.count)
+                $0.uptimeMs = UInt64(Date().timeIntervalSince(startedAt) * 1000)
+                $0.readOnly = readOnlyUntilMilliseconds > now
+            }
+
+        case .compact(let compact):
+            if compact.revision > store.headRevision {
+                throw failure(.futureRevision, "revision \(compact.revision) is above head \(store.headRevision)")
+            }
+            do {
+                let removed = try self.compact(through: compact.revision)
+                reply.compact = .with {
+                    $0.compactedRevision = journal.compactedRevision
+                    $0.removed = UInt64(removed)
+                }
+            } catch {
+                throw journalFailure(error)
+            }
+
+        case .put, .delete, .txn:
+            preconditionFailure("writes are staged, not answered here")
+        }
+        return reply
+    }
+
+    private func snapshot(_ request: Beacon_V1_Snapshot, now: UInt64) throws(WriteRejection) -> Beacon_V1_SnapshotReply {
+        var result = Beacon_V1_SnapshotReply()
+        result.epoch = journal.epoch
+        result.compactedRevision = journal.compactedRevision
+        let limit = request.limit == 0 ? Int.max : Int(request.limit)
+        let head = store.headRevision
+        if request.revision == 0 || request.revision == head {
+            // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
+            result.revision = head
+            result.prefixRevision = tracker.lease(request.prefix, until: now + configuration.prefixLeaseMilliseconds) {
+                initialRevision(prefix: request.prefix)
+            }
+            store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
+                guard !entry.isDeleted else { return true }
+                if result.kvs.count == limit { result.more = true; return false }
+                result.kvs.append(Self.keyValue(key, entry))
+                return true
+            }
+            return result
+        }
+        if request.revision > head { throw failure(.futureRevision, "revision \(request.revision) is above head \(head)") }
+        if request.revision < journal.compactedRevision { throw compactedFailure(request.revision) }
+        do {
+            let fetchLimit = limit == Int.max ? 0 : limit + 1
+            var entries = try journal.snapshot(prefix: request.prefix, at: request.revision,
+                                               startAfter: request.startAfter, limit: fetchLimit)
+            if entries.count > limit {
+                entries.removeLast(entries.count - limit)
+                result.more = true
+            }
+            result.revision = request.revision
+            result.prefixRevision = max(try journal.lastRevision(prefix: request.prefix, atOrBelow: request.revision),
+                                        journal.compactedRevision)
+            result.kvs = entries.map { entry in
+                Self.keyValue(entry.key, .init(value: entry.value, version: entry.version, createRevision: entry.createRevision,
+                                               modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds,
+                                               isDeleted: false))
+            }
+            return result
+        } catch {
+            throw journalFailure(error)
+        }
+    }
+
+    private func events(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(WriteRejection) -> Beacon_V1_EventsReply {
+        var result = Beacon_V1_EventsReply()
+        result.epoch = journal.epoch
+        result.compactedRevision = journal.compactedRevision
+        do {
+            let page = try journal.changes(prefix: prefix, exact: exact, from: from, to: to,
+                                           limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
+            result.events = page.changes.map { Self.event($0) }
+            result.more = page.more
+            result.revision = page.more ? (page.changes.last?.revision ?? to) : to
+        } catch {
+            throw journalFailure(error)
+        }
+        return result
+    }
+
+    static func keyValue(_ key: String, _ entry: SignalStore.Entry) -> Beacon_V1_KeyValue {
+        var kv = Beacon_V1_KeyValue()
+        kv.key = key
+        kv.value = (try? Beacon_V1_Value(serializedBytes: entry.value)) ?? Beacon_V1_Value()
+        kv.version = entry.version
+        kv.createRevision = entry.createRevision
+        kv.modRevision = entry.modRevision
+        kv.expiresAtMs = entry.expiresAtMilliseconds
+        return kv
+    }
+
+    // MARK: Replies
+
+    func reject(_ envelope: [ZMQMessage], _ id: UInt64, _ code: Beacon_V1_Error.Code, _ message: String) {
+        counters.rejected += 1
+        var reply = Beacon_V1_Reply()
+        reply.id = id
+        reply.error = .with {
+            $0.code = code
+            $0.message = message
+            $0.headRevision = store.headRevision
+        }
+        send(reply, to: envelope)
+    }
+
+    func send(_ reply: Beacon_V1_Reply, to envelope: [ZMQMessage]) {
+        do {
+            let body: [UInt8] = try reply.serializedBytes()
+            for frame in envelope {
+                try router.send(frame, flags: [.sendMore, .dontWait])
+            }
+            try router.send(ZMQMessage(bytes: body), flags: .dontWait)
+        } catch {
+            // A peer that went away or stopped reading; the reply is lost, nothing else is.
+            logger.debug("reply not sent", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// The version of this build of Beacon.
+public enum BeaconVersion {
+    /// Semantic version of the daemon and protocol implementation.
+    public static let string = "0.1.0"
+}

@@ -1,0 +1,311 @@
+import BeaconJournal
+import BeaconProtocol
+import BeaconZMQ
+import Foundation
+import SwiftProtobuf
+
+/// A write applied to the store and waiting for its group commit.
+struct StagedWrite {
+    var envelope: [ZMQMessage]?
+    var requestID: UInt64
+    var changes: [JournalChange]
+    var values: [Beacon_V1_Value?]
+    var undo: SignalStore.Undo
+    var writeID: [UInt8]?
+}
+
+/// A refusal of one write, with the protocol's error.
+struct WriteRejection: Error {
+    var error: Beacon_V1_Error
+}
+
+extension BeaconServer {
+    func stageWrite(_ request: Beacon_V1_Request, envelope: [ZMQMessage]) {
+        let writeID: [UInt8]
+        let ops: [Beacon_V1_TxnOp]
+        switch request.op {
+        case .put(let put):
+            writeID = Array(put.writeID)
+            ops = [.with { $0.put = put }]
+        case .delete(let delete):
+            writeID = Array(delete.writeID)
+            ops = [.with { $0.delete = delete }]
+        case .txn(let txn):
+            writeID = Array(txn.writeID)
+            ops = txn.ops
+        default:
+            preconditionFailure("not a write")
+        }
+        if writeID.count > WireLimits.maxWriteIDBytes {
+            return reject(envelope, request.id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
+        }
+        if !writeID.isEmpty {
+            if stagedWriteIDs.contains(writeID) { flushWrites() }
+            if let revision = writeIDs[writeID] {
+                return replayWrite(envelope, request.id, revision: revision)
+            }
+        }
+        let now = Journal.nowMilliseconds()
+        if readOnlyUntilMilliseconds > now {
+            return reject(envelope, request.id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
+        }
+        do {
+            let (changes, values) = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
+            let undo = store.apply(changes)
+            for (change, value) in zip(changes, values) where change.kind == .put && change.expiresAtMilliseconds > 0 {
+                _ = value
+                expiries.insert(.init(atMilliseconds: change.expiresAtMilliseconds, key: change.key, modRevision: change.revision))
+            }
+            staged.append(StagedWrite(envelope: envelope, requestID: request.id, changes: changes, values: values,
+                                      undo: undo, writeID: writeID.isEmpty ? nil : writeID))
+            stagedChanges.append(contentsOf: changes)
+            if !writeID.isEmpty { stagedWriteIDs.insert(writeID) }
+        } catch {
+            counters.rejected += 1
+            var reply = Beacon_V1_Reply()
+            reply.id = request.id
+            var wireError = error.error
+            wireError.headRevision = store.headRevision
+            reply.error = wireError
+            send(reply, to: envelope)
+        }
+    }
+
+    /// Checks every operation's key, value and precondition against the current state and
+    /// builds the changes of one revision; nothing is applied.
+    func prepareChanges(_ ops: [Beacon_V1_TxnOp], revision: UInt64, now: UInt64, writeID: [UInt8]) throws(WriteRejection) -> ([JournalChange], [Beacon_V1_Value?]) {
+        func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "", index: Int, current: UInt64 = 0) -> WriteRejection {
+            var error = Beacon_V1_Error()
+            error.code = code
+            error.message = ops.count > 1 ? "operation \(index): \(message)" : message
+            error.key = key
+            error.opIndex = UInt32(index)
+            error.currentVersion = current
+            return WriteRejection(error: error)
+        }
+        if ops.isEmpty { throw failure(.invalidArgument, "a transaction needs at least one operation", index: 0) }
+        if ops.count > WireLimits.maxTxnOps {
+            throw failure(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)", index: 0)
+        }
+        var changes: [JournalChange] = []
+        var values: [Beacon_V1_Value?] = []
+        changes.reserveCapacity(ops.count)
+        // Later operations of a transaction see the effect of earlier ones on the same key.
+        var pending: [String: SignalStore.Entry?] = [:]
+        for (index, op) in ops.enumerated() {
+            let part = UInt32(index)
+            switch op.op {
+            case .put(let put):
+                if let problem = KeyPath.problem(key: put.key) {
+                    throw failure(.invalidKey, problem.description, key: put.key, index: index)
+                }
+                if let problem = put.value.problem() {
+                    throw failure(problem == .missing || problem == .tooDeep ? .invalidValue : .valueTooLarge,
+                                  problem.description, key: put.key, index: index)
+                }
+                let current = pending[put.key] ?? store.live(put.key)
+                let version = current?.version ?? 0
+                if put.createOnly && current != nil {
+                    throw failure(.alreadyExists, "key '\(put.key)' already exists (version \(version))", key: put.key, index: index, current: version)
+                }
+                if put.hasIfVersion && put.ifVersion != version {
+                    throw failure(.versionConflict, "key '\(put.key)' is at version \(version), not \(put.ifVersion)", key: put.key, index: index, current: version)
+                }
+                let encoded: [UInt8]
+                do { encoded = try put.value.serializedBytes() } catch {
+                    throw failure(.invalidValue, "value cannot be encoded: \(error)", key: put.key, index: index)
+                }
+                let expires = put.ttlMs > 0 ? now + put.ttlMs : 0
+                let change = JournalChange(
+                    revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: put.key, value: encoded,
+                    version: version + 1, createRevision: current?.createRevision ?? revision,
+                    expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: index == 0 && !writeID.isEmpty ? writeID : nil)
+                pending[put.key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
+                                                           modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false))
+                changes.append(change)
+                values.append(put.value)
+            case .delete(let delete):
+                if let problem = KeyPath.problem(key: delete.key) {
+                    throw failure(.invalidKey, problem.description, key: delete.key, index: index)
+                }
+                let current = pending[delete.key] ?? store.live(delete.key)
+                let version = current?.version ?? 0
+                if delete.hasIfVersion && delete.ifVersion != version {
+                    throw failure(.versionConflict, "key '\(delete.key)' is at version \(version), not \(delete.ifVersion)", key: delete.key, index: index, current: version)
+                }
+                guard current != nil else {
+                    throw failure(.notFound, "key '\(delete.key)' does not exist", key: delete.key, index: index)
+                }
+                pending[delete.key] = .some(nil)
+                changes.append(JournalChange(
+                    revision: revision, part: part, parts: UInt32(ops.count), kind: .delete, key: delete.key,
+                    version: 0, createRevision: 0, timestampMilliseconds: now,
+                    writeID: index == 0 && !writeID.isEmpty ? writeID : nil))
+                values.append(nil)
+            case nil:
+                throw failure(.unknownRequest, "transaction operation sets neither put nor delete", index: index)
+            }
+        }
+        return (changes, values)
+    }
+
+    /// Commits every staged write in one journal transaction, then publishes and answers them.
+    /// If the commit fails, the store is rolled back and every staged writer gets READ_ONLY.
+    func flushWrites() {
+        guard !staged.isEmpty else { return }
+        defer {
+            staged.removeAll(keepingCapacity: true)
+            stagedChanges.removeAll(keepingCapacity: true)
+            stagedWriteIDs.removeAll(keepingCapacity: true)
+        }
+        do {
+            try journal.append(stagedChanges)
+        } catch {
+            for write in staged.reversed() { store.undo(write.undo) }
+            readOnlyReason = error.description
+            readOnlyUntilMilliseconds = Journal.nowMilliseconds() + 1000
+            logger.error("journal commit failed; refusing writes for 1 s", metadata: [
+                "error": "\(error)", "writes": "\(staged.count)"])
+            for write in staged {
+                guard let envelope = write.envelope else { continue }
+                reject(envelope, write.requestID, .readOnly, "the journal cannot be written (\(error)); nothing was changed")
+            }
+            return
+        }
+        readOnlyReason = nil
+        counters.commits += 1
+        for write in staged {
+            publish(write)
+            if let writeID = write.writeID { remember(writeID: writeID, revision: write.changes[0].revision) }
+        }
+        for write in staged {
+            counters.writes += 1
+            guard let envelope = write.envelope else { continue }
+            var reply = Beacon_V1_Reply()
+            reply.id = write.requestID
+            reply.write = .with {
+                $0.revision = write.changes[0].revision
+                $0.versions = write.changes.map(\.version)
+            }
+            send(reply, to: envelope)
+        }
+    }
+
+    private func replayWrite(_ envelope: [ZMQMessage], _ id: UInt64, revision: UInt64) {
+        var reply = Beacon_V1_Reply()
+        reply.id = id
+        let versions = (try? journal.changes(prefix: "", from: revision, to: revision, limit: WireLimits.maxTxnOps))?.changes.map(\.version) ?? []
+        reply.write = .with {
+            $0.revision = revision
+            $0.versions = versions
+            $0.replayed = true
+        }
+        send(reply, to: envelope)
+    }
+
+    // MARK: Publishing
+
+    private func publish(_ write: StagedWrite) {
+        let revision = write.changes[0].revision
+        let marks = tracker.record(revision: revision, keys: write.changes.map(\.key))
+        let epoch = journal.epoch
+        for (index, change) in write.changes.enumerated() {
+            var diff = Beacon_V1_Diff()
+            diff.epoch = epoch
+            diff.event = Self.event(change, value: write.values[index])
+            diff.marks = marks.perChange[index]
+            publish(topic: change.key, diff)
+        }
+        if write.changes.count > 1 {
+            var marker = Beacon_V1_CommitMarker()
+            marker.epoch = epoch
+            marker.revision = revision
+            marker.parts = UInt32(write.changes.count)
+            marker.marks = marks.touched
+            publish(topic: WireTopic.commit, marker)
+        }
+    }
+
+    func publish(topic: String, _ message: some SwiftProtobuf.Message) {
+        do {
+            let body: [UInt8] = try message.serializedBytes()
+            // XPUB never blocks: at a subscriber's high-water mark the message is dropped for that
+            // subscriber, which detects the gap from the sequencing marks and repairs it.
+            try publisher.send(ZMQMessage(bytes: Array(topic.utf8)), flags: [.sendMore, .dontWait])
+            try publisher.send(ZMQMessage(bytes: body), flags: .dontWait)
+            counters.published += 1
+        } catch {
+            logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+        }
+    }
+
+    /// A journaled change as a wire event; `value` saves decoding when the caller has it.
+    static func event(_ change: JournalChange, value: Beacon_V1_Value? = nil) -> Beacon_V1_Event {
+        var event = Beacon_V1_Event()
+        event.revision = change.revision
+        event.part = change.part
+        event.parts = change.parts
+        event.timestampMs = change.timestampMilliseconds
+        event.change.key = change.key
+        event.change.version = change.version
+        event.change.createRevision = change.createRevision
+        event.change.expiresAtMs = change.expiresAtMilliseconds
+        switch change.kind {
+        case .put:
+            event.change.kind = .put
+            event.change.value = value ?? (try? Beacon_V1_Value(serializedBytes: change.value)) ?? Beacon_V1_Value()
+        case .delete:
+            event.change.kind = .delete
+        case .expire:
+            event.change.kind = .expire
+        }
+        return event
+    }
+
+    func publishHeartbeat(now: UInt64) {
+        var heartbeat = Beacon_V1_Heartbeat()
+        heartbeat.epoch = journal.epoch
+        heartbeat.instance = instance
+        heartbeat.headRevision = store.headRevision
+        heartbeat.compactedRevision = journal.compactedRevision
+        heartbeat.intervalMs = configuration.heartbeatIntervalMilliseconds
+        heartbeat.timestampMs = now
+        heartbeat.prefixes = tracker.heads
+        publish(topic: WireTopic.heartbeat, heartbeat)
+    }
+
+    // MARK: Expiry and compaction
+
+    /// Deletes every key whose TTL has run out, one revision each, journaled like any write.
+    func expireDueKeys(now: UInt64) {
+        while let next = expiries.next, next.atMilliseconds <= now {
+            _ = expiries.removeFirst()
+            guard let entry = store.live(next.key), entry.modRevision == next.modRevision,
+                  entry.expiresAtMilliseconds == next.atMilliseconds
+            else { continue }  // rewritten or deleted since
+            let change = JournalChange(revision: store.headRevision + 1, kind: .expire, key: next.key,
+                                       version: 0, createRevision: 0, timestampMilliseconds: now)
+            let undo = store.apply([change])
+            staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], values: [nil], undo: undo, writeID: nil))
+            stagedChanges.append(change)
+        }
+        flushWrites()
+    }
+
+    func compactByPolicy() {
+        do {
+            let target = try journal.compactionTarget(for: configuration.retention)
+            if target > journal.compactedRevision { try compact(through: target) }
+        } catch {
+            logger.warning("compaction failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    @discardableResult
+    func compact(through revision: UInt64) throws(JournalError) -> Int {
+        let removed = try journal.compact(through: revision)
+        store.dropTombstones(through: journal.compactedRevision)
+        logger.info("journal compacted", metadata: ["journal.compacted": "\(journal.compactedRevision)", "removed": "\(removed)"])
+        return removed
+    }
+}

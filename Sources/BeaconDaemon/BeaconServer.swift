@@ -1,0 +1,300 @@
+import BeaconJournal
+import BeaconProtocol
+import BeaconZMQ
+import Foundation
+import Logging
+import Synchronization
+
+/// The authoritative Beacon server: binds the request and publish sockets, orders and journals
+/// writes, publishes diffs and heartbeats, and serves reads, snapshots, deltas and history.
+///
+/// All sockets, the journal and the state belong to one loop thread that ``start()`` spawns;
+/// other threads talk to the server only through ``requestStop()`` and ``waitUntilStopped()``.
+public final class BeaconServer: @unchecked Sendable {
+    /// The configuration the server runs with.
+    public let configuration: DaemonConfiguration
+    let logger: Logger
+
+    // Loop-thread state. Written before the thread starts, then only on it.
+    var journal: Journal!
+    var store = SignalStore()
+    var tracker = PrefixTracker()
+    var expiries = ExpiryQueue()
+    var writeIDs: [[UInt8]: UInt64] = [:]
+    var writeIDOrder: [[UInt8]] = []
+    var writeIDOrderStart = 0
+    var staged: [StagedWrite] = []
+    var stagedChanges: [JournalChange] = []
+    var stagedWriteIDs: Set<[UInt8]> = []
+    var readOnlyUntilMilliseconds: UInt64 = 0
+    var readOnlyReason: String?
+    var counters = Counters()
+    var instance: UInt64 = 0
+    let startedAt = Date()
+
+    private var context: ZMQContext?
+    var router: ZMQSocket!
+    var publisher: ZMQSocket!
+    private var lock: InstanceLock?
+    private let wake: WakeSignal
+    private let stopFlag = Atomic<Bool>(false)
+    private let finished = Mutex<FinishState>(.running)
+    private var thread: Thread?
+
+    enum FinishState {
+        case running
+        case waiting([CheckedContinuation<Void, Never>])
+        case finished
+    }
+
+    struct Counters {
+        var writes: UInt64 = 0
+        var rejected: UInt64 = 0
+        var published: UInt64 = 0
+        var requests: UInt64 = 0
+        var commits: UInt64 = 0
+    }
+
+    /// Write ids remembered for idempotent retries.
+    static let writeIDMemory = 100_000
+
+    /// Creates a server; nothing is opened until ``start()``.
+    /// - Parameters:
+    ///   - configuration: directories, endpoints and policies.
+    ///   - logger: where the server logs; it logs requests at `trace`, faults at `warning`+.
+    public init(configuration: DaemonConfiguration, logger: Logger) throws(DaemonError) {
+        self.configuration = configuration
+        self.logger = logger
+        self.wake = try WakeSignal()
+    }
+
+    /// Opens the journal, binds the sockets and starts the loop thread.
+    ///
+    /// When this returns the sockets accept connections and the journal is open.
+    /// - Throws: ``DaemonError`` when directories, the lock, the journal or a socket fail.
+    public func start() throws(DaemonError) {
+        let config = configuration
+        try Self.makeDirectory(config.runtimeDirectory, mode: 0o755)
+        try Self.makeDirectory(config.stateDirectory, mode: 0o750)
+        lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
+        do {
+            journal = try Journal(path: config.journalPath, durability: config.durability)
+        } catch {
+            lock?.release()
+            throw DaemonError(error.code == .locked ? .alreadyRunning : .journal, error.description, underlying: error)
+        }
+        do {
+            try loadState()
+            try openSockets()
+        } catch {
+            journal.close()
+            lock?.release()
+            router = nil
+            publisher = nil
+            throw error
+        }
+        instance = UInt64.random(in: 1...UInt64(Int64.max))
+        logger.info("beacond started", metadata: [
+            "runtime.dir": "\(config.runtimeDirectory)", "journal.path": "\(config.journalPath)",
+            "journal.epoch": "\(journal.epoch)", "journal.head": "\(journal.headRevision)",
+            "keys": "\(store.liveCount)",
+        ])
+        let thread = Thread { [self] in self.loop() }
+        thread.name = "beacond-loop"
+        thread.stackSize = 8 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Asks the loop to finish: pending writes are committed and answered, sockets and journal
+    /// closed. Safe from any thread; returns at once.
+    public func requestStop() {
+        stopFlag.store(true, ordering: .sequentiallyConsistent)
+        wake.wake()
+    }
+
+    /// Waits until the loop has finished and everything is closed.
+    public func waitUntilStopped() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resumeNow = finished.withLock { state -> Bool in
+                switch state {
+                case .finished: return true
+                case .running: state = .waiting([continuation]); return false
+                case .waiting(var list): list.append(continuation); state = .waiting(list); return false
+                }
+            }
+            if resumeNow { continuation.resume() }
+        }
+    }
+
+    /// Starts the server and runs it until ``requestStop()``.
+    public func run() async throws(DaemonError) {
+        try start()
+        await waitUntilStopped()
+    }
+
+    // MARK: Start-up
+
+    static func makeDirectory(_ path: String, mode: Int) throws(DaemonError) {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: mode])
+        } catch {
+            throw DaemonError(.startup, "cannot create directory \(path): \(error.localizedDescription)")
+        }
+    }
+
+    private func loadState() throws(DaemonError) {
+        do {
+            store = SignalStore(loading: try journal.loadState(), headRevision: journal.headRevision)
+            for (writeID, revision) in try journal.recentWriteIDs(revisions: UInt64(Self.writeIDMemory)) {
+                remember(writeID: writeID, revision: revision)
+            }
+        } catch {
+            throw DaemonError(.journal, error.description, underlying: error)
+        }
+        for (key, entry) in store.entries where !entry.isDeleted && entry.expiresAtMilliseconds > 0 {
+            expiries.insert(.init(atMilliseconds: entry.expiresAtMilliseconds, key: key, modRevision: entry.modRevision))
+        }
+    }
+
+    private func openSockets() throws(DaemonError) {
+        let config = configuration
+        var step = "creating the ZeroMQ context"
+        do {
+            let context = try ZMQContext()
+            self.context = context
+            step = "creating the request socket"
+            router = try ZMQSocket(context, type: .router, linger: 1000)
+            try router.setMaxMessageSize(Int64(WireLimits.maxRequestBytes))
+            try router.setSendHighWaterMark(100_000)
+            try router.setReceiveHighWaterMark(100_000)
+            for endpoint in [config.requestEndpoint] + config.extraRequestEndpoints {
+                step = "binding the request socket to \(endpoint)"
+                try router.bind(endpoint)
+            }
+            step = "creating the publish socket"
+            publisher = try ZMQSocket(context, type: .xpub, linger: 1000)
+            try publisher.setSendHighWaterMark(config.publishHighWaterMark)
+            for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints {
+                step = "binding the publish socket to \(endpoint)"
+                try publisher.bind(endpoint)
+            }
+        } catch {
+            throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
+        }
+        for name in [WireEndpoint.requestSocketName, WireEndpoint.publishSocketName] {
+            chmod(config.runtimeDirectory + "/" + name, mode_t(config.socketMode))
+        }
+    }
+
+    // MARK: Loop
+
+    private func loop() {
+        let poller = ZMQPoller()
+        let routerIndex = poller.add(router)
+        let publisherIndex = poller.add(publisher)
+        let wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
+        var nextHeartbeat: UInt64 = 0
+        var nextCompaction = Journal.nowMilliseconds() + configuration.compactionIntervalSeconds * 1000
+        while !stopFlag.load(ordering: .relaxed) {
+            let now = Journal.nowMilliseconds()
+            var deadline = min(nextHeartbeat, nextCompaction)
+            if let expiry = expiries.next { deadline = min(deadline, expiry.atMilliseconds) }
+            let timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
+            do {
+                try poller.poll(timeoutMilliseconds: timeout)
+            } catch {
+                logger.error("poll failed", metadata: ["error": "\(error)"])
+                break
+            }
+            if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
+            if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
+            if poller.readyEvents(routerIndex).contains(.readable) { drainRequests() }
+
+            let after = Journal.nowMilliseconds()
+            if let expiry = expiries.next, expiry.atMilliseconds <= after { expireDueKeys(now: after) }
+            if after >= nextHeartbeat {
+                tracker.expireLeases(nowMilliseconds: after)
+                publishHeartbeat(now: after)
+                nextHeartbeat = after + UInt64(configuration.heartbeatIntervalMilliseconds)
+            }
+            if after >= nextCompaction {
+                compactByPolicy()
+                nextCompaction = after + configuration.compactionIntervalSeconds * 1000
+            }
+        }
+        // Requests already read are answered; then everything closes in order.
+        flushWrites()
+        router.close()
+        publisher.close()
+        journal.close()
+        context = nil
+        lock?.release()
+        logger.info("beacond stopped", metadata: ["journal.head": "\(store.headRevision)"])
+        let waiting = finished.withLock { state -> [CheckedContinuation<Void, Never>] in
+            defer { state = .finished }
+            if case .waiting(let list) = state { return list }
+            return []
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    private func drainSubscriptions() {
+        let now = Journal.nowMilliseconds()
+        while let frames = try? publisher.receiveMessage(flags: .dontWait) {
+            let bytes = frames[0].bytes
+            guard let kind = bytes.first, kind <= 1 else { continue }
+            guard let prefix = String(validating: bytes.dropFirst(), as: UTF8.self),
+                  !prefix.hasPrefix(WireTopic.controlPrefix), KeyPath.problem(prefix: prefix) == nil
+            else { continue }
+            if kind == 1 {
+                tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
+                logger.debug("prefix subscribed", metadata: ["prefix": "\(prefix)"])
+            } else {
+                tracker.unsubscribe(prefix, nowMilliseconds: now)
+                logger.debug("prefix unsubscribed", metadata: ["prefix": "\(prefix)"])
+            }
+        }
+    }
+
+    /// The last revision to report for a prefix that starts being tracked now. Compaction may
+    /// have dropped the tombstone of a later delete, so the compaction point is a floor: a
+    /// subscriber that is behind it is told to repair, never told it is complete.
+    func initialRevision(prefix: String) -> UInt64 {
+        max(store.lastRevision(prefix: prefix), journal.compactedRevision)
+    }
+
+    private func drainRequests() {
+        var count = 0
+        while count < configuration.maxBatch {
+            let frames: [ZMQMessage]?
+            do {
+                frames = try router.receiveMessage(flags: .dontWait)
+            } catch {
+                logger.warning("receive failed", metadata: ["error": "\(error)"])
+                break
+            }
+            guard let frames else { break }
+            count += 1
+            handle(frames)
+        }
+        flushWrites()
+    }
+
+    // MARK: Write ids
+
+    func remember(writeID: [UInt8], revision: UInt64) {
+        if writeIDs.updateValue(revision, forKey: writeID) == nil {
+            writeIDOrder.append(writeID)
+        }
+        if writeIDs.count > Self.writeIDMemory {
+            writeIDs[writeIDOrder[writeIDOrderStart]] = nil
+            writeIDOrderStart += 1
+            if writeIDOrderStart > Self.writeIDMemory {
+                writeIDOrder.removeFirst(writeIDOrderStart)
+                writeIDOrderStart = 0
+            }
+        }
+    }
+}

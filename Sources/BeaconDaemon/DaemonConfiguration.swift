@@ -1,0 +1,123 @@
+import BeaconJournal
+import BeaconProtocol
+import Foundation
+
+/// Everything `beacond` can be told; every field has an embedded default that works with no
+/// configuration at all.
+public struct DaemonConfiguration: Sendable, Equatable {
+    /// Directory for the ipc sockets and the instance lock.
+    public var runtimeDirectory: String
+    /// Directory for the journal.
+    public var stateDirectory: String
+    /// Extra endpoints (such as `tcp://127.0.0.1:7401`) for the request socket, besides ipc.
+    public var extraRequestEndpoints: [String] = []
+    /// Extra endpoints for the publish socket, besides ipc.
+    public var extraPublishEndpoints: [String] = []
+    /// How often heartbeats go out; a subscriber detects a drop within one interval.
+    public var heartbeatIntervalMilliseconds: UInt32 = 1000
+    /// How commits are synced.
+    public var durability: Durability = .normal
+    /// How much history to keep.
+    public var retention = RetentionPolicy()
+    /// How often retention is applied, in seconds.
+    public var compactionIntervalSeconds: UInt64 = 60
+    /// Most requests read and committed as one group.
+    public var maxBatch = 4096
+    /// Publish socket high-water mark per subscriber (messages).
+    public var publishHighWaterMark: Int32 = 100_000
+    /// File mode of the ipc socket files.
+    public var socketMode: UInt16 = 0o660
+    /// How long a snapshot or delta request keeps its prefix sequenced without a subscription.
+    public var prefixLeaseMilliseconds: UInt64 = 60_000
+
+    /// The journal file.
+    public var journalPath: String { stateDirectory + "/journal.sqlite" }
+    /// The request socket's ipc endpoint.
+    public var requestEndpoint: String { WireEndpoint.request(inRuntimeDirectory: runtimeDirectory) }
+    /// The publish socket's ipc endpoint.
+    public var publishEndpoint: String { WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory) }
+
+    /// A configuration with the given directories and defaults for the rest.
+    public init(runtimeDirectory: String, stateDirectory: String) {
+        self.runtimeDirectory = runtimeDirectory
+        self.stateDirectory = stateDirectory
+    }
+
+    /// The default runtime directory: `$BEACON_RUNTIME_DIR`, systemd's `$RUNTIME_DIRECTORY`,
+    /// `$XDG_RUNTIME_DIR/beacon`, or `/tmp/beacon-UID`, in that order.
+    public static func defaultRuntimeDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let dir = environment["BEACON_RUNTIME_DIR"], !dir.isEmpty { return dir }
+        if let dir = environment["RUNTIME_DIRECTORY"], !dir.isEmpty { return firstPath(dir) }
+        if let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty { return dir + "/beacon" }
+        return "/tmp/beacon-\(getuid())"
+    }
+
+    /// The default state directory: `$BEACON_STATE_DIR`, systemd's `$STATE_DIRECTORY`,
+    /// `$XDG_STATE_HOME/beacon`, or `~/.local/state/beacon`, in that order.
+    public static func defaultStateDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let dir = environment["BEACON_STATE_DIR"], !dir.isEmpty { return dir }
+        if let dir = environment["STATE_DIRECTORY"], !dir.isEmpty { return firstPath(dir) }
+        if let dir = environment["XDG_STATE_HOME"], !dir.isEmpty { return dir + "/beacon" }
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return home + "/.local/state/beacon"
+    }
+
+    /// systemd passes several directories separated by ':'; Beacon uses the first.
+    private static func firstPath(_ list: String) -> String {
+        String(list.split(separator: ":").first ?? Substring(list))
+    }
+
+    /// A problem in a configuration file, with its line.
+    public struct FileError: Error, Equatable, CustomStringConvertible {
+        public var path: String
+        public var line: Int
+        public var reason: String
+        public var description: String { "\(path):\(line): \(reason)" }
+    }
+
+    /// Applies the settings of a configuration file (`name = value` lines, `#` comments;
+    /// see deploy/beacond.conf) on top of this configuration.
+    /// - Throws: ``FileError`` naming the first bad line; the configuration is then unchanged.
+    public mutating func apply(fileContents: String, path: String) throws(FileError) {
+        var copy = self
+        for (index, rawLine) in fileContents.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty { continue }
+            func fail(_ reason: String) -> FileError { FileError(path: path, line: index + 1, reason: reason) }
+            guard let equals = trimmed.firstIndex(of: "=") else { throw fail("expected 'name = value'") }
+            let name = trimmed[..<equals].trimmingCharacters(in: .whitespaces)
+            var value = trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
+            func number<T: FixedWidthInteger>(_ type: T.Type, min: T = 0) throws(FileError) -> T {
+                guard let parsed = T(value), parsed >= min else { throw fail("'\(name)' needs a whole number >= \(min), not '\(value)'") }
+                return parsed
+            }
+            switch name {
+            case "runtime_dir": copy.runtimeDirectory = value
+            case "state_dir": copy.stateDirectory = value
+            case "request_endpoint": copy.extraRequestEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            case "publish_endpoint": copy.extraPublishEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            case "heartbeat_ms": copy.heartbeatIntervalMilliseconds = try number(UInt32.self, min: 10)
+            case "durability":
+                guard let durability = Durability(rawValue: value) else { throw fail("'durability' is 'normal' or 'full', not '\(value)'") }
+                copy.durability = durability
+            case "retention_revisions":
+                let count = try number(UInt64.self)
+                copy.retention.revisions = count == 0 ? nil : count
+            case "retention_age_s":
+                let seconds = try number(UInt64.self)
+                copy.retention.maxAgeMilliseconds = seconds == 0 ? nil : seconds * 1000
+            case "compaction_interval_s": copy.compactionIntervalSeconds = try number(UInt64.self, min: 1)
+            case "max_batch": copy.maxBatch = try number(Int.self, min: 1)
+            case "publish_hwm": copy.publishHighWaterMark = try number(Int32.self)
+            case "socket_mode":
+                guard let mode = UInt16(value, radix: 8), mode <= 0o777 else { throw fail("'socket_mode' is an octal mode such as 0660, not '\(value)'") }
+                copy.socketMode = mode
+            default:
+                throw fail("unknown setting '\(name)'")
+            }
+        }
+        self = copy
+    }
+}

@@ -1,0 +1,89 @@
+import BeaconJournal
+import BeaconProtocol
+
+/// The prefixes the daemon sequences: those subscribed on the publish socket, and those named
+/// by snapshot and delta requests (for a lease, which closes the subscribe/snapshot race).
+///
+/// For each tracked prefix it knows the last revision that touched a key under it, which every
+/// diff, commit marker and heartbeat carries so that a subscriber of only that prefix can tell
+/// whether it missed anything (proto/PROTOCOL.md, "Sequencing").
+struct PrefixTracker {
+    struct Tracked {
+        var lastRevision: UInt64
+        var subscribed: Bool
+        var leaseUntilMilliseconds: UInt64
+    }
+
+    private(set) var tracked: [String: Tracked] = [:]
+
+    /// Starts tracking `prefix` for a subscriber, with `initial` as its last revision if new.
+    mutating func subscribe(_ prefix: String, initial: () -> UInt64) {
+        if tracked[prefix] == nil {
+            tracked[prefix] = Tracked(lastRevision: initial(), subscribed: true, leaseUntilMilliseconds: 0)
+        } else {
+            tracked[prefix]!.subscribed = true
+        }
+    }
+
+    /// The last subscriber of `prefix` left; tracking continues while a lease holds.
+    mutating func unsubscribe(_ prefix: String, nowMilliseconds: UInt64) {
+        guard var item = tracked[prefix] else { return }
+        item.subscribed = false
+        tracked[prefix] = item.leaseUntilMilliseconds > nowMilliseconds ? item : nil
+    }
+
+    /// Tracks `prefix` at least until `until` and returns its last revision.
+    mutating func lease(_ prefix: String, until: UInt64, initial: () -> UInt64) -> UInt64 {
+        if var item = tracked[prefix] {
+            item.leaseUntilMilliseconds = max(item.leaseUntilMilliseconds, until)
+            tracked[prefix] = item
+            return item.lastRevision
+        }
+        let item = Tracked(lastRevision: initial(), subscribed: false, leaseUntilMilliseconds: until)
+        tracked[prefix] = item
+        return item.lastRevision
+    }
+
+    /// Stops tracking prefixes with no subscriber whose lease has run out.
+    mutating func expireLeases(nowMilliseconds: UInt64) {
+        tracked = tracked.filter { $0.value.subscribed || $0.value.leaseUntilMilliseconds > nowMilliseconds }
+    }
+
+    /// Marks for one revision: per change, the marks of the tracked prefixes its key starts with,
+    /// and the marks of every tracked prefix the revision touched. Advances those prefixes.
+    mutating func record(revision: UInt64, keys: [String]) -> (perChange: [[Beacon_V1_PrefixMark]], touched: [Beacon_V1_PrefixMark]) {
+        if tracked.isEmpty { return (Array(repeating: [], count: keys.count), []) }
+        var matches: [[String]] = []
+        matches.reserveCapacity(keys.count)
+        var counts: [String: UInt32] = [:]
+        for key in keys {
+            var here: [String] = []
+            for prefix in tracked.keys where key.utf8.starts(with: prefix.utf8) {
+                here.append(prefix)
+                counts[prefix, default: 0] += 1
+            }
+            matches.append(here)
+        }
+        var marks: [String: Beacon_V1_PrefixMark] = [:]
+        for (prefix, parts) in counts {
+            var mark = Beacon_V1_PrefixMark()
+            mark.prefix = prefix
+            mark.previousRevision = tracked[prefix]!.lastRevision
+            mark.parts = parts
+            marks[prefix] = mark
+            tracked[prefix]!.lastRevision = revision
+        }
+        let perChange = matches.map { $0.map { marks[$0]! } }
+        return (perChange, marks.values.sorted { $0.prefix < $1.prefix })
+    }
+
+    /// Every tracked prefix with its last revision, for heartbeats.
+    var heads: [Beacon_V1_PrefixHead] {
+        tracked.map { prefix, item in
+            var head = Beacon_V1_PrefixHead()
+            head.prefix = prefix
+            head.revision = item.lastRevision
+            return head
+        }.sorted { $0.prefix < $1.prefix }
+    }
+}

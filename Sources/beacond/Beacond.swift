@@ -1,0 +1,124 @@
+import ArgumentParser
+import BeaconDaemon
+import BeaconJournal
+import Foundation
+import Logging
+import ServiceLifecycle
+
+@main
+struct Beacond: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "beacond",
+        abstract: "The Beacon daemon: owns signals, journals every change, publishes versioned diffs.",
+        discussion: """
+            With no options it runs on embedded defaults: sockets in $BEACON_RUNTIME_DIR, systemd's \
+            $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/beacon or /tmp/beacon-UID; the journal in \
+            $BEACON_STATE_DIR, $STATE_DIRECTORY, $XDG_STATE_HOME/beacon or ~/.local/state/beacon.
+            Flags override the configuration file, which overrides the defaults.
+
+            Exit codes: 0 stopped cleanly; 64 usage error; 69 another beacond holds the runtime \
+            directory or journal; 70 start-up failed (directories, sockets); 74 the journal cannot \
+            be opened (corrupt, unwritable, too new); 78 invalid configuration file.
+            """,
+        version: BeaconVersion.string)
+
+    @Option(name: .long, help: ArgumentHelp("Directory for the ipc sockets and the instance lock.", valueName: "dir"))
+    var runtimeDir: String?
+
+    @Option(name: .long, help: ArgumentHelp("Directory for the journal.", valueName: "dir"))
+    var stateDir: String?
+
+    @Option(name: .long, help: ArgumentHelp("Configuration file (name = value lines); see deploy/beacond.conf.", valueName: "file"))
+    var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("Also bind the request socket here, e.g. tcp://127.0.0.1:7401 (repeatable).", valueName: "endpoint"))
+    var requestEndpoint: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Also bind the publish socket here, e.g. tcp://127.0.0.1:7402 (repeatable).", valueName: "endpoint"))
+    var publishEndpoint: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Heartbeat interval in milliseconds (gap detection bound).", valueName: "ms"))
+    var heartbeatMs: UInt32?
+
+    @Option(name: .long, help: ArgumentHelp("Commit durability: normal (survives kill -9) or full (survives power loss).", valueName: "mode"))
+    var durability: String?
+
+    @Option(name: .long, help: ArgumentHelp("Keep this many revisions of history (0: no count limit).", valueName: "n"))
+    var retentionRevisions: UInt64?
+
+    @Option(name: .long, help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical.", valueName: "level"))
+    var logLevel: String = "info"
+
+    func run() async throws {
+        guard let level = Logger.Level(rawValue: logLevel) else {
+            throw ValidationError("unknown log level '\(logLevel)'")
+        }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "beacond")
+
+        var configuration = DaemonConfiguration(
+            runtimeDirectory: DaemonConfiguration.defaultRuntimeDirectory(),
+            stateDirectory: DaemonConfiguration.defaultStateDirectory())
+        if let config {
+            do {
+                let text = try String(contentsOfFile: config, encoding: .utf8)
+                try configuration.apply(fileContents: text, path: config)
+            } catch let error as DaemonConfiguration.FileError {
+                Self.fail("beacond: invalid configuration: \(error)", code: 78)
+            } catch {
+                Self.fail("beacond: cannot read configuration \(config): \(error.localizedDescription)", code: 78)
+            }
+        }
+        if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
+        if let stateDir { configuration.stateDirectory = stateDir }
+        configuration.extraRequestEndpoints += requestEndpoint
+        configuration.extraPublishEndpoints += publishEndpoint
+        if let heartbeatMs { configuration.heartbeatIntervalMilliseconds = max(heartbeatMs, 10) }
+        if let durability {
+            guard let mode = Durability(rawValue: durability) else {
+                throw ValidationError("durability is 'normal' or 'full', not '\(durability)'")
+            }
+            configuration.durability = mode
+        }
+        if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
+
+        let server: BeaconServer
+        do {
+            server = try BeaconServer(configuration: configuration, logger: logger)
+            try server.start()
+        } catch {
+            let code: Int32 = switch error.code {
+            case .alreadyRunning: 69
+            case .journal: 74
+            default: 70
+            }
+            Self.fail("beacond: \(error.message)", code: code)
+        }
+        let group = ServiceGroup(configuration: .init(
+            services: [.init(service: RunningServer(server: server))],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        try await group.run()
+    }
+
+    static func fail(_ message: String, code: Int32) -> Never {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+        Foundation.exit(code)
+    }
+}
+
+/// The already-started server as a service: waits for it, stops it on graceful shutdown.
+struct RunningServer: Service {
+    let server: BeaconServer
+    func run() async {
+        await withGracefulShutdownHandler {
+            await server.waitUntilStopped()
+        } onGracefulShutdown: {
+            server.requestStop()
+        }
+    }
+}
