@@ -1,0 +1,244 @@
+import BeaconProtocol
+import BeaconZMQ
+import Foundation
+
+/// A blocking client of the wire protocol: one DEALER for requests (pipelining allowed), one SUB
+/// for publications. Like its sockets, it belongs to one thread.
+///
+/// This is the protocol's plumbing for tools, tests and benchmarks; applications use the
+/// reactive `Beacon` client library built on the same protocol.
+public final class WireClient {
+    /// Something the publish socket delivered.
+    public enum Publication {
+        case diff(Beacon_V1_Diff)
+        case commit(Beacon_V1_CommitMarker)
+        case heartbeat(Beacon_V1_Heartbeat)
+    }
+
+    /// The daemon's request endpoint.
+    public let requestEndpoint: String
+    /// The daemon's publish endpoint.
+    public let publishEndpoint: String
+
+    private let context: ZMQContext
+    private let dealer: ZMQSocket
+    private var subscriber: ZMQSocket?
+    private var nextID: UInt64 = 1
+    private let requestPoller = ZMQPoller()
+
+    /// Connects to explicit endpoints.
+    /// - Throws: ``WireError`` when the sockets cannot be created.
+    public init(requestEndpoint: String, publishEndpoint: String, context: ZMQContext? = nil) throws(WireError) {
+        self.requestEndpoint = requestEndpoint
+        self.publishEndpoint = publishEndpoint
+        do {
+            if let context { self.context = context } else { self.context = try ZMQContext() }
+            dealer = try ZMQSocket(self.context, type: .dealer, linger: 0)
+            try dealer.setSendHighWaterMark(100_000)
+            try dealer.setReceiveHighWaterMark(100_000)
+            try dealer.connect(requestEndpoint)
+        } catch {
+            throw WireError(error)
+        }
+        requestPoller.add(dealer)
+    }
+
+    /// Connects to the daemon whose sockets are in `runtimeDirectory`.
+    public convenience init(runtimeDirectory: String) throws(WireError) {
+        try self.init(requestEndpoint: WireEndpoint.request(inRuntimeDirectory: runtimeDirectory),
+                      publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory))
+    }
+
+    // MARK: Requests
+
+    /// Sends a request without waiting; returns its id for ``receiveReply(timeoutMilliseconds:)``.
+    @discardableResult
+    public func send(_ op: Beacon_V1_Request.OneOf_Op) throws(WireError) -> UInt64 {
+        var request = Beacon_V1_Request()
+        request.id = nextID
+        nextID += 1
+        request.op = op
+        try send(rawBody: (try? request.serializedBytes()) ?? [])
+        return request.id
+    }
+
+    /// Sends raw bytes as a request body (for testing how the daemon treats bad input).
+    public func send(rawBody: [UInt8]) throws(WireError) {
+        do {
+            try dealer.send(ZMQMessage(bytes: rawBody))
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    /// Waits up to `timeoutMilliseconds` for the next reply (-1: forever).
+    /// - Returns: `nil` on timeout.
+    public func receiveReply(timeoutMilliseconds: Int) throws(WireError) -> Beacon_V1_Reply? {
+        do {
+            var frames = try dealer.receiveMessage(flags: .dontWait)
+            if frames == nil {
+                guard try requestPoller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
+                frames = try dealer.receiveMessage(flags: .dontWait)
+            }
+            guard let frames else { return nil }
+            return try Self.decodeReply(frames)
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    private static func decodeReply(_ frames: [ZMQMessage]) throws(ZMQError) -> Beacon_V1_Reply? {
+        // A reply that does not decode is skipped like a reply to another request.
+        guard let body = frames.last else { return nil }
+        return try? Beacon_V1_Reply(serializedBytes: body.bytes)
+    }
+
+    /// Sends a request and waits for its reply (replies to earlier ids are skipped).
+    /// - Throws: ``WireError``: `.timeout`, `.transport`, or `.rejected` with the daemon's error.
+    public func call(_ op: Beacon_V1_Request.OneOf_Op, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_Reply {
+        let id = try send(op)
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(timeoutMilliseconds, 0)) * 1_000_000
+        while true {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let remaining = timeoutMilliseconds < 0 ? -1 : Int(deadline > now ? (deadline - now) / 1_000_000 : 0)
+            guard let reply = try receiveReply(timeoutMilliseconds: remaining) else {
+                throw WireError(kind: .timeout, message: "no reply from the daemon at \(requestEndpoint) within \(timeoutMilliseconds) ms (is beacond running?)")
+            }
+            if reply.id != id && reply.id != 0 { continue }
+            if case .error(let error) = reply.result {
+                throw WireError(kind: .rejected, message: error.message, reply: error)
+            }
+            return reply
+        }
+    }
+
+    // MARK: Typed calls
+
+    /// Writes `value` to `key`; returns the committed revision and versions.
+    public func put(_ key: String, _ value: Beacon_V1_Value, ifVersion: UInt64? = nil, createOnly: Bool = false,
+                    ttlMilliseconds: UInt64 = 0, writeID: [UInt8] = [], timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+        var put = Beacon_V1_Put()
+        put.key = key
+        put.value = value
+        if let ifVersion { put.ifVersion = ifVersion }
+        put.createOnly = createOnly
+        put.ttlMs = ttlMilliseconds
+        put.writeID = Data(writeID)
+        return try expectWrite(call(.put(put), timeoutMilliseconds: timeoutMilliseconds))
+    }
+
+    /// Deletes `key`; returns the committed revision.
+    public func delete(_ key: String, ifVersion: UInt64? = nil, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+        var delete = Beacon_V1_Delete()
+        delete.key = key
+        if let ifVersion { delete.ifVersion = ifVersion }
+        return try expectWrite(call(.delete(delete), timeoutMilliseconds: timeoutMilliseconds))
+    }
+
+    /// Commits `ops` as one revision.
+    public func transaction(_ ops: [Beacon_V1_TxnOp], writeID: [UInt8] = [], timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+        var txn = Beacon_V1_Txn()
+        txn.ops = ops
+        txn.writeID = Data(writeID)
+        return try expectWrite(call(.txn(txn), timeoutMilliseconds: timeoutMilliseconds))
+    }
+
+    /// The current state of `key`.
+    public func get(_ key: String, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_KeyValue {
+        let reply = try call(.get(.with { $0.key = key }), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .get(let get) = reply.result else { throw unexpected(reply) }
+        return get.kv
+    }
+
+    /// Every live key under `prefix` at the head revision, with the sequencing bookmark.
+    public func snapshot(prefix: String, revision: UInt64 = 0, timeoutMilliseconds: Int = 30_000) throws(WireError) -> Beacon_V1_SnapshotReply {
+        let reply = try call(.snapshot(.with { $0.prefix = prefix; $0.revision = revision }), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .snapshot(let snapshot) = reply.result else { throw unexpected(reply) }
+        return snapshot
+    }
+
+    /// Changes under `prefix` after `revision`, one page.
+    public func delta(prefix: String, since revision: UInt64, limit: UInt32 = 0, timeoutMilliseconds: Int = 30_000) throws(WireError) -> Beacon_V1_EventsReply {
+        let reply = try call(.delta(.with { $0.prefix = prefix; $0.sinceRevision = revision; $0.limit = limit }), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .events(let events) = reply.result else { throw unexpected(reply) }
+        return events
+    }
+
+    /// History of a key (`exact`) or prefix between two revisions, one page.
+    public func history(_ prefix: String, exact: Bool = false, from: UInt64 = 0, to: UInt64 = 0, limit: UInt32 = 0,
+                        timeoutMilliseconds: Int = 30_000) throws(WireError) -> Beacon_V1_EventsReply {
+        let reply = try call(.history(.with {
+            $0.prefix = prefix; $0.exact = exact; $0.fromRevision = from; $0.toRevision = to; $0.limit = limit
+        }), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .events(let events) = reply.result else { throw unexpected(reply) }
+        return events
+    }
+
+    /// The daemon's identity and head.
+    public func ping(timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_PingReply {
+        let reply = try call(.ping(.init()), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .ping(let ping) = reply.result else { throw unexpected(reply) }
+        return ping
+    }
+
+    /// The daemon's counters.
+    public func stats(timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_StatsReply {
+        let reply = try call(.stats(.init()), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .stats(let stats) = reply.result else { throw unexpected(reply) }
+        return stats
+    }
+
+    private func expectWrite(_ reply: Beacon_V1_Reply) throws(WireError) -> Beacon_V1_WriteReply {
+        guard case .write(let write) = reply.result else { throw unexpected(reply) }
+        return write
+    }
+
+    private func unexpected(_ reply: Beacon_V1_Reply) -> WireError {
+        WireError(kind: .malformedReply, message: "unexpected reply \(String(describing: reply.result))")
+    }
+
+    // MARK: Subscriptions
+
+    /// Subscribes to diffs of keys under `prefix` (and to heartbeats and commit markers).
+    /// - Parameter receiveHighWaterMark: messages queued before libzmq drops new ones.
+    public func subscribe(_ prefix: String, receiveHighWaterMark: Int32 = 100_000) throws(WireError) {
+        do {
+            if subscriber == nil {
+                let socket = try ZMQSocket(context, type: .sub, linger: 0)
+                try socket.setReceiveHighWaterMark(receiveHighWaterMark)
+                try socket.connect(publishEndpoint)
+                try socket.subscribe(Array(WireTopic.controlPrefix.utf8))
+                subscriber = socket
+            }
+            try subscriber!.subscribe(Array(prefix.utf8))
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    /// Waits up to `timeoutMilliseconds` for the next publication (-1: forever); `nil` on timeout.
+    public func receivePublication(timeoutMilliseconds: Int) throws(WireError) -> Publication? {
+        guard let subscriber else { return nil }
+        do {
+            var frames = try subscriber.receiveMessage(flags: .dontWait)
+            if frames == nil {
+                let poller = ZMQPoller()
+                poller.add(subscriber)
+                guard try poller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
+                frames = try subscriber.receiveMessage(flags: .dontWait)
+            }
+            guard let frames, frames.count == 2 else { return nil }
+            let topic = frames[0].string
+            let body = frames[1].bytes
+            switch topic {
+            case WireTopic.heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: body))
+            case WireTopic.commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: body))
+            default: return .diff(try Beacon_V1_Diff(serializedBytes: body))
+            }
+        } catch let error as ZMQError {
+            throw WireError(error)
+        } catch {
+            throw WireError(kind: .malformedReply, message: "publication is not valid: \(error)")
+        }
+    }
+}

@@ -1,0 +1,263 @@
+import ArgumentParser
+import BeaconProtocol
+import BeaconWire
+import Foundation
+
+/// Exit codes of `beacon` (also listed in `beacon --help`).
+enum ExitCode32 {
+    static let notFound: Int32 = 1
+    static let conflict: Int32 = 3
+    static let usage: Int32 = 64
+    static let invalidInput: Int32 = 65
+    static let unavailable: Int32 = 69
+    static let daemonError: Int32 = 70
+}
+
+@main
+struct Beacon: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "beacon",
+        abstract: "Read, write and watch Beacon signals from a shell.",
+        discussion: """
+            Finds the daemon like every Beacon client: --endpoint/--pub-endpoint, else \
+            --runtime-dir, else $BEACON_RUNTIME_DIR, $XDG_RUNTIME_DIR/beacon or /tmp/beacon-UID.
+
+            Exit codes: 0 ok; 1 key not found; 3 version conflict or key exists; 64 usage; \
+            65 invalid key or value; 69 daemon unreachable; 70 other daemon error.
+            """,
+        version: "0.1.0",
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Watch.self, History.self, Stats.self])
+}
+
+struct Connection: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The daemon's runtime directory (holds its ipc sockets).", valueName: "dir"))
+    var runtimeDir: String?
+
+    @Option(name: .long, help: ArgumentHelp("Request endpoint, e.g. tcp://127.0.0.1:7401 (overrides --runtime-dir).", valueName: "endpoint"))
+    var endpoint: String?
+
+    @Option(name: .long, help: ArgumentHelp("Publish endpoint, e.g. tcp://127.0.0.1:7402 (with --endpoint).", valueName: "endpoint"))
+    var pubEndpoint: String?
+
+    @Option(name: .long, help: ArgumentHelp("Milliseconds to wait for the daemon.", valueName: "ms"))
+    var timeout: Int = 5000
+
+    @Flag(name: .long, help: "Print JSON lines instead of text.")
+    var json = false
+
+    var runtimeDirectory: String {
+        if let runtimeDir { return runtimeDir }
+        let environment = ProcessInfo.processInfo.environment
+        if let dir = environment["BEACON_RUNTIME_DIR"], !dir.isEmpty { return dir }
+        if let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty { return dir + "/beacon" }
+        return "/tmp/beacon-\(getuid())"
+    }
+
+    func client() throws -> WireClient {
+        do {
+            if let endpoint {
+                return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? endpoint)
+            }
+            return try WireClient(runtimeDirectory: runtimeDirectory)
+        } catch {
+            fail(error)
+        }
+    }
+
+    /// Runs `body`, turning wire errors into one line on stderr and the documented exit code.
+    func run<T>(_ body: (WireClient) throws(WireError) -> T) -> T {
+        let client = try! self.client()
+        do {
+            return try body(client)
+        } catch {
+            fail(error)
+        }
+    }
+
+    func fail(_ error: WireError) -> Never {
+        let code: Int32
+        switch error.kind {
+        case .timeout, .transport: code = ExitCode32.unavailable
+        case .malformedReply: code = ExitCode32.daemonError
+        case .rejected:
+            switch error.reply?.code {
+            case .notFound: code = ExitCode32.notFound
+            case .versionConflict, .alreadyExists: code = ExitCode32.conflict
+            case .invalidKey, .invalidValue, .valueTooLarge, .invalidArgument, .tooManyOperations: code = ExitCode32.invalidInput
+            default: code = ExitCode32.daemonError
+            }
+        }
+        die("beacon: \(error.message)", code: code)
+    }
+
+    func print(_ object: [String: Any], text: String) {
+        if json {
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+            Swift.print(String(decoding: data, as: UTF8.self))
+        } else {
+            Swift.print(text)
+        }
+        fflush(nil)
+    }
+}
+
+func die(_ message: String, code: Int32) -> Never {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+    exit(code)
+}
+
+func keyValueObject(_ kv: Beacon_V1_KeyValue) -> [String: Any] {
+    ["key": kv.key, "value": kv.value.jsonObject, "version": kv.version, "create_revision": kv.createRevision,
+     "mod_revision": kv.modRevision]
+}
+
+func eventObject(_ event: Beacon_V1_Event) -> [String: Any] {
+    var object: [String: Any] = ["revision": event.revision, "key": event.change.key,
+                                 "op": event.change.kind == .put ? "put" : event.change.kind == .delete ? "delete" : "expire",
+                                 "version": event.change.version, "part": event.part, "parts": event.parts]
+    if event.change.kind == .put { object["value"] = event.change.value.jsonObject }
+    return object
+}
+
+func eventText(_ event: Beacon_V1_Event) -> String {
+    switch event.change.kind {
+    case .put: "\(event.revision) \(event.change.key) = \(event.change.value.jsonText) (v\(event.change.version))"
+    case .delete: "\(event.revision) \(event.change.key) deleted"
+    default: "\(event.revision) \(event.change.key) expired"
+    }
+}
+
+extension Beacon {
+    struct Set: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Write a value (JSON if it parses as JSON, else a string).")
+        @OptionGroup var connection: Connection
+        @Argument(help: "The key, e.g. net.wifi.ssid.") var key: String
+        @Argument(help: "The value: JSON (1, true, {\"a\":1}) or any other text as a string.") var value: String
+        @Option(name: .long, help: ArgumentHelp("Force the type: json, string, int, double, bool, null.", valueName: "type")) var type: String?
+        @Option(name: .long, help: ArgumentHelp("Write only if the key is at this version (0: absent).", valueName: "n")) var ifVersion: UInt64?
+        @Flag(name: .long, help: "Write only if the key does not exist.") var create = false
+        @Option(name: .long, help: ArgumentHelp("Delete the key after this many milliseconds.", valueName: "ms")) var ttl: UInt64 = 0
+
+        func run() throws {
+            let parsed: Beacon_V1_Value?
+            switch type {
+            case nil: parsed = Beacon_V1_Value(json: value) ?? .with { $0.stringValue = value }
+            case "json": parsed = Beacon_V1_Value(json: value)
+            case "string": parsed = .with { $0.stringValue = value }
+            case "int": parsed = Int64(value).map { v in .with { $0.intValue = v } }
+            case "double": parsed = Double(value).map { v in .with { $0.doubleValue = v } }
+            case "bool": parsed = Bool(value).map { v in .with { $0.boolValue = v } }
+            case "null": parsed = .with { $0.nullValue = .nullValue }
+            default: die("beacon: unknown --type '\(type!)' (json, string, int, double, bool, null)", code: ExitCode32.usage)
+            }
+            guard let parsed else { die("beacon: '\(value)' is not a valid \(type ?? "value")", code: ExitCode32.invalidInput) }
+            let reply = connection.run { (client) throws(WireError) in
+                try client.put(key, parsed, ifVersion: ifVersion, createOnly: create, ttlMilliseconds: ttl,
+                               timeoutMilliseconds: connection.timeout)
+            }
+            connection.print(["key": key, "revision": reply.revision, "version": reply.versions.first ?? 0],
+                             text: "\(key) = \(parsed.jsonText) at revision \(reply.revision) (version \(reply.versions.first ?? 0))")
+        }
+    }
+
+    struct Get: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print a key's value.")
+        @OptionGroup var connection: Connection
+        @Argument(help: "The key.") var key: String
+        func run() throws {
+            let kv = connection.run { (client) throws(WireError) in try client.get(key, timeoutMilliseconds: connection.timeout) }
+            connection.print(keyValueObject(kv), text: kv.value.jsonText)
+        }
+    }
+
+    struct Delete: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete a key.")
+        @OptionGroup var connection: Connection
+        @Argument(help: "The key.") var key: String
+        @Option(name: .long, help: ArgumentHelp("Delete only if the key is at this version.", valueName: "n")) var ifVersion: UInt64?
+        func run() throws {
+            let reply = connection.run { (client) throws(WireError) in
+                try client.delete(key, ifVersion: ifVersion, timeoutMilliseconds: connection.timeout)
+            }
+            connection.print(["key": key, "revision": reply.revision], text: "\(key) deleted at revision \(reply.revision)")
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "ls", abstract: "List keys and values under a prefix.")
+        @OptionGroup var connection: Connection
+        @Argument(help: "The prefix (default: every key).") var prefix: String = ""
+        func run() throws {
+            let reply = connection.run { (client) throws(WireError) in
+                try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
+            }
+            guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
+            for kv in list.kvs {
+                connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+            }
+        }
+    }
+
+    struct Watch: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "watch", abstract: "Print the values under a prefix, then every change, gaplessly.", aliases: ["sub"])
+        @OptionGroup var connection: Connection
+        @Argument(help: "The prefix (default: every key).") var prefix: String = ""
+        @Option(name: .long, help: ArgumentHelp("Stop after this many changes.", valueName: "n")) var count: Int?
+        func run() throws {
+            var printed = 0
+            connection.run { (client) throws(WireError) in
+                let follower = try PrefixFollower(client: client, prefix: prefix)
+                for kv in follower.state.values.sorted(by: { $0.key < $1.key }) {
+                    connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+                }
+                if let count, count <= 0 { return }
+                while true {
+                    guard let update = try follower.next(timeoutMilliseconds: 1000) else { continue }
+                    guard case .revision(let events) = update else { continue }
+                    for event in events {
+                        connection.print(eventObject(event), text: eventText(event))
+                        printed += 1
+                        if let count, printed >= count { return }
+                    }
+                }
+            }
+        }
+    }
+
+    struct History: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the journaled changes of a key or prefix.")
+        @OptionGroup var connection: Connection
+        @Argument(help: "A key, or a prefix with --prefix.") var key: String
+        @Flag(name: .long, help: "Treat the argument as a prefix.") var prefix = false
+        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64 = 0
+        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
+        func run() throws {
+            var start = from
+            while true {
+                let page = connection.run { (client) throws(WireError) in
+                    try client.history(key, exact: !prefix, from: start, to: to)
+                }
+                for event in page.events { connection.print(eventObject(event), text: eventText(event)) }
+                guard page.more else { break }
+                start = page.revision + 1
+            }
+        }
+    }
+
+    struct Stats: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the daemon's revision, keys and counters.")
+        @OptionGroup var connection: Connection
+        func run() throws {
+            let stats = connection.run { (client) throws(WireError) in try client.stats(timeoutMilliseconds: connection.timeout) }
+            let object: [String: Any] = [
+                "epoch": stats.epoch, "head_revision": stats.headRevision, "compacted_revision": stats.compactedRevision,
+                "keys": stats.keys, "tombstones": stats.tombstones, "journal_bytes": stats.journalBytes,
+                "writes": stats.writes, "commits": stats.commits, "rejected": stats.rejected, "published": stats.published,
+                "requests": stats.requests, "tracked_prefixes": stats.trackedPrefixes, "uptime_ms": stats.uptimeMs,
+                "read_only": stats.readOnly,
+            ]
+            connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
+        }
+    }
+}
