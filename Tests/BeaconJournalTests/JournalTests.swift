@@ -1,0 +1,149 @@
+import BeaconJournal
+import Foundation
+import Testing
+
+private func temporaryDirectory() throws -> String {
+    var template = Array("/tmp/bjrn-XXXXXX".utf8CString)
+    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
+    return String(cString: path)
+}
+
+private func put(_ revision: UInt64, _ key: String, _ value: String, version: UInt64, created: UInt64? = nil,
+                 part: UInt32 = 0, parts: UInt32 = 1, at time: UInt64 = 1000) -> JournalChange {
+    JournalChange(revision: revision, part: part, parts: parts, kind: .put, key: key, value: Array(value.utf8),
+                  version: version, createRevision: created ?? revision, timestampMilliseconds: time)
+}
+
+private func delete(_ revision: UInt64, _ key: String) -> JournalChange {
+    JournalChange(revision: revision, kind: .delete, key: key, version: 0, createRevision: 0, timestampMilliseconds: 1000)
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct JournalTests {
+    @Test func stateHeadAndEpochSurviveReopening() throws {
+        let path = try temporaryDirectory() + "/j.sqlite"
+        var journal: Journal? = try Journal(path: path)
+        let epoch = journal!.epoch
+        #expect(epoch != 0)
+        try journal!.append([put(1, "a.x", "1", version: 1)])
+        try journal!.append([put(2, "a.x", "2", version: 2, created: 1), put(2, "b", "3", version: 1, part: 1, parts: 2)])
+        try journal!.append([delete(3, "b")])
+        journal!.close()
+        journal = nil
+        let reopened = try Journal(path: path)
+        #expect(reopened.epoch == epoch)
+        #expect(reopened.headRevision == 3)
+        let state = try reopened.loadState()
+        #expect(state.map(\.key) == ["a.x", "b"])
+        #expect(state[0] == JournalEntry(key: "a.x", value: Array("2".utf8), version: 2, createRevision: 1, modRevision: 2,
+                                         expiresAtMilliseconds: 0, isDeleted: false))
+        #expect(state[1].isDeleted && state[1].modRevision == 3)
+    }
+
+    @Test func aSecondOpenerIsToldTheJournalIsLocked() throws {
+        let path = try temporaryDirectory() + "/j.sqlite"
+        let first = try Journal(path: path)
+        let error = try #require(throws: JournalError.self) { try Journal(path: path) }
+        #expect(error.code == .locked)
+        first.close()
+        _ = try Journal(path: path)
+    }
+
+    @Test func aFileThatIsNotAJournalIsRefused() throws {
+        let dir = try temporaryDirectory()
+        try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: dir + "/garbage.sqlite"))
+        let error = try #require(throws: JournalError.self) { try Journal(path: dir + "/garbage.sqlite") }
+        #expect(error.code == .corrupt)
+    }
+
+    @Test func changesFilterByPrefixKeyAndRangeAndNeverSplitARevision() throws {
+        let journal = try Journal(path: try temporaryDirectory() + "/j.sqlite")
+        try journal.append([put(1, "net.a", "1", version: 1)])
+        try journal.append([put(2, "net.b", "1", version: 1, parts: 3), put(2, "net.c", "1", version: 1, part: 1, parts: 3),
+                            put(2, "audio.x", "1", version: 1, part: 2, parts: 3)])
+        try journal.append([put(3, "net.a", "2", version: 2, created: 1)])
+        try journal.append([put(4, "network", "1", version: 1)])
+
+        let all = try journal.changes(prefix: "net.", from: 1, to: 4, limit: 100)
+        #expect(all.changes.map { "\($0.revision):\($0.key)" } == ["1:net.a", "2:net.b", "2:net.c", "3:net.a"])
+        #expect(all.more == false)
+
+        let page = try journal.changes(prefix: "net.", from: 1, to: 4, limit: 2)
+        #expect(page.changes.map { "\($0.revision):\($0.key)" } == ["1:net.a", "2:net.b", "2:net.c"])
+        #expect(page.more)
+
+        let exact = try journal.changes(prefix: "net.a", exact: true, from: 2, to: 4, limit: 100)
+        #expect(exact.changes.map(\.revision) == [3])
+        #expect(try journal.lastRevision(prefix: "net.", atOrBelow: 4) == 3)
+        #expect(try journal.lastRevision(prefix: "audio.", atOrBelow: 1) == 0)
+    }
+
+    @Test func snapshotAtAnOlderRevision() throws {
+        let journal = try Journal(path: try temporaryDirectory() + "/j.sqlite")
+        try journal.append([put(1, "k.a", "1", version: 1)])
+        try journal.append([put(2, "k.b", "1", version: 1)])
+        try journal.append([put(3, "k.a", "2", version: 2, created: 1)])
+        try journal.append([delete(4, "k.b")])
+        #expect(try journal.snapshot(prefix: "k.", at: 2).map { "\($0.key)=\(String(decoding: $0.value, as: UTF8.self))" } == ["k.a=1", "k.b=1"])
+        #expect(try journal.snapshot(prefix: "k.", at: 3).map { "\($0.key)=\(String(decoding: $0.value, as: UTF8.self))" } == ["k.a=2", "k.b=1"])
+        #expect(try journal.snapshot(prefix: "k.", at: 4).map(\.key) == ["k.a"])
+        #expect(try journal.snapshot(prefix: "k.", at: 3, startAfter: "k.a").map(\.key) == ["k.b"])
+    }
+
+    @Test func compactionKeepsCurrentStateAndDropsSupersededHistory() throws {
+        let path = try temporaryDirectory() + "/j.sqlite"
+        var journal: Journal? = try Journal(path: path)
+        for revision in UInt64(1)...10 {
+            try journal!.append([put(revision, "k", "\(revision)", version: revision, created: 1)])
+        }
+        try journal!.append([put(11, "gone", "x", version: 1)])
+        try journal!.append([delete(12, "gone")])
+        try journal!.append([put(13, "k", "13", version: 13, created: 1)])
+        let removed = try journal!.compact(through: 12)
+        #expect(removed == 11)  // k@1...9, gone@11 and its tombstone @12
+        #expect(journal!.compactedRevision == 12)
+        #expect(try journal!.snapshot(prefix: "", at: 12).map { "\($0.key)@\($0.modRevision)" } == ["k@10"])
+        #expect(try journal!.changes(prefix: "", from: 1, to: 13, limit: 100).changes.map(\.revision) == [10, 13])
+        #expect(try journal!.loadState().map(\.key) == ["k"])
+        journal!.close()
+        journal = nil
+        let reopened = try Journal(path: path)
+        #expect(reopened.compactedRevision == 12)
+        #expect(reopened.headRevision == 13)
+    }
+
+    @Test func headRevisionNeverGoesBackAfterEverythingIsCompacted() throws {
+        let path = try temporaryDirectory() + "/j.sqlite"
+        var journal: Journal? = try Journal(path: path)
+        try journal!.append([put(1, "x", "1", version: 1)])
+        try journal!.append([delete(2, "x")])
+        try journal!.compact(through: 2)
+        journal!.close()
+        journal = nil
+        let reopened = try Journal(path: path)
+        #expect(try reopened.changes(prefix: "", from: 0, to: 10, limit: 10).changes.isEmpty)
+        #expect(reopened.headRevision == 2)
+    }
+
+    @Test func retentionTargetsByCountAndAge() throws {
+        let journal = try Journal(path: try temporaryDirectory() + "/j.sqlite")
+        for revision in UInt64(1)...100 {
+            try journal.append([put(revision, "k", "v", version: revision, created: 1, at: revision * 1000)])
+        }
+        #expect(try journal.compactionTarget(for: .init(revisions: 30, maxAgeMilliseconds: nil), nowMilliseconds: 100_000) == 70)
+        #expect(try journal.compactionTarget(for: .init(revisions: nil, maxAgeMilliseconds: 10_000), nowMilliseconds: 100_500) == 90)
+        #expect(try journal.compactionTarget(for: .init(revisions: 30, maxAgeMilliseconds: 10_000), nowMilliseconds: 100_500) == 90)
+        #expect(try journal.compactionTarget(for: .init(revisions: nil, maxAgeMilliseconds: nil)) == 0)
+    }
+
+    @Test func writeIDsAreRecoverable() throws {
+        let journal = try Journal(path: try temporaryDirectory() + "/j.sqlite")
+        var change = put(1, "k", "v", version: 1)
+        change.writeID = [1, 2, 3]
+        try journal.append([change])
+        try journal.append([put(2, "k", "w", version: 2, created: 1)])
+        let ids = try journal.recentWriteIDs(revisions: 10)
+        #expect(ids.count == 1)
+        #expect(ids[0].writeID == [1, 2, 3] && ids[0].revision == 1)
+    }
+}

@@ -1,0 +1,62 @@
+import BeaconProtocol
+import Testing
+
+struct KeyPathTests {
+    @Test(arguments: ["a", "net.wifi.ssid", "A-b_c:d@e/f.0", String(repeating: "k", count: 256)])
+    func acceptsValidKeys(_ key: String) {
+        #expect(KeyPath.problem(key: key) == nil)
+    }
+
+    @Test func rejectsInvalidKeysWithTheReason() {
+        #expect(KeyPath.problem(key: "") == .empty)
+        #expect(KeyPath.problem(key: String(repeating: "k", count: 257)) == .tooLong(bytes: 257))
+        #expect(KeyPath.problem(key: "net wifi") == .invalidCharacter(UInt8(ascii: " "), offset: 3))
+        #expect(KeyPath.problem(key: "!h") == .invalidCharacter(UInt8(ascii: "!"), offset: 0))
+        #expect(KeyPath.problem(key: "net..x") == .emptySegment(offset: 4))
+        #expect(KeyPath.problem(key: ".net") == .emptySegment(offset: 0))
+        #expect(KeyPath.problem(key: "net.") == .emptySegment(offset: 4))
+        #expect(KeyPath.problem(key: "né") == .invalidCharacter(0xC3, offset: 1))
+    }
+
+    @Test func prefixesMayBeEmptyOrEndInADot() {
+        #expect(KeyPath.problem(prefix: "") == nil)
+        #expect(KeyPath.problem(prefix: "net.") == nil)
+        #expect(KeyPath.problem(prefix: "net.wi") == nil)
+        #expect(KeyPath.problem(prefix: "net..") == .emptySegment(offset: 4))
+        #expect(KeyPath.problem(prefix: "!") != nil)
+    }
+}
+
+struct ValueTests {
+    @Test func aValueWithNoTypeIsMissing() {
+        #expect(Beacon_V1_Value().problem() == .missing)
+        var list = Beacon_V1_ListValue()
+        list.items = [Beacon_V1_Value()]
+        #expect(Beacon_V1_Value.with { $0.listValue = list }.problem() == .missing)
+    }
+
+    @Test func nestingDeeperThanTheLimitIsRejected() {
+        var value = Beacon_V1_Value.with { $0.intValue = 1 }
+        for _ in 0..<WireLimits.maxValueDepth { value = .with { $0.listValue.items = [value] } }
+        #expect(value.problem() == nil)
+        value = .with { $0.listValue.items = [value] }
+        #expect(value.problem() == .tooDeep)
+    }
+
+    @Test func oversizedValuesAreRejectedWithTheirSize() {
+        let value = Beacon_V1_Value.with { $0.bytesValue = .init(repeating: 0, count: WireLimits.maxValueBytes) }
+        guard case .tooLarge(let bytes) = value.problem() else { Issue.record("expected tooLarge"); return }
+        #expect(bytes > WireLimits.maxValueBytes)
+    }
+
+    @Test func jsonKeepsTypes() throws {
+        #expect(try #require(Beacon_V1_Value(json: "true")).kind == .boolValue(true))
+        #expect(try #require(Beacon_V1_Value(json: "1")).kind == .intValue(1))
+        #expect(try #require(Beacon_V1_Value(json: "1.5")).kind == .doubleValue(1.5))
+        #expect(try #require(Beacon_V1_Value(json: "null")).kind == .nullValue(.nullValue))
+        #expect(try #require(Beacon_V1_Value(json: "\"x\"")).kind == .stringValue("x"))
+        #expect(Beacon_V1_Value(json: "not json") == nil)
+        let map = try #require(Beacon_V1_Value(json: #"{"b":[1,false,"s"],"a":{"c":null}}"#))
+        #expect(map.jsonText == #"{"a":{"c":null},"b":[1,false,"s"]}"#)
+    }
+}
