@@ -72,6 +72,12 @@ public struct DaemonConfiguration: Sendable, Equatable {
         public var path: String
         public var line: Int
         public var reason: String
+        /// Creates an error for `line` of `path`.
+        public init(path: String, line: Int, reason: String) {
+            self.path = path
+            self.line = line
+            self.reason = reason
+        }
         public var description: String { "\(path):\(line): \(reason)" }
     }
 

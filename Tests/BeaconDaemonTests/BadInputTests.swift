@@ -1,0 +1,85 @@
+import BeaconDaemon
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Testing
+
+@Suite(.timeLimit(.minutes(1)))
+struct BadInputTests {
+    @Test func everyBadRequestGetsItsErrorAndChangesNothing() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        _ = try client.put("ok", .int(1))
+
+        // Not a protobuf at all.
+        try client.send(rawBody: [0xFF, 0xFF, 0xFF, 0xFF, 0x0F])
+        let malformed = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        #expect(malformed.error.code == .malformed)
+        // A valid message with no operation (or one from a future protocol).
+        try client.send(rawBody: [])
+        #expect(try client.receiveReply(timeoutMilliseconds: 5000)?.error.code == .unknownRequest)
+        try client.send(rawBody: [0x08, 0x07, 0xFA, 0x3E, 0x00])  // id 7, unknown field 999
+        let unknown = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        #expect(unknown.id == 7 && unknown.error.code == .unknownRequest)
+
+        expectRejection(.invalidKey) { _ = try client.put("bad key", .int(1)) }
+        expectRejection(.invalidKey) { _ = try client.put("", .int(1)) }
+        expectRejection(.invalidKey) { _ = try client.get("x..y") }
+        expectRejection(.invalidKey) { _ = try client.snapshot(prefix: "!h") }
+        expectRejection(.invalidValue) { _ = try client.put("k", Beacon_V1_Value()) }
+        var deep = Beacon_V1_Value.int(1)
+        for _ in 0...WireLimits.maxValueDepth { deep = .with { $0.listValue.items = [deep] } }
+        expectRejection(.invalidValue) { _ = try client.put("k", deep) }
+        let big = Beacon_V1_Value.with { $0.bytesValue = Data(count: WireLimits.maxValueBytes + 1) }
+        expectRejection(.valueTooLarge) { _ = try client.put("k", big) }
+        expectRejection(.versionConflict) { _ = try client.put("ok", .int(2), ifVersion: 5) }
+        expectRejection(.tooManyOperations) {
+            _ = try client.transaction((0...WireLimits.maxTxnOps).map { putOp("k\($0)", .int(1)) })
+        }
+        expectRejection(.invalidArgument) { _ = try client.transaction([]) }
+        expectRejection(.invalidArgument) { _ = try client.put("k", .int(1), writeID: Array(repeating: 1, count: 65)) }
+        expectRejection(.invalidKey) { _ = try client.transaction([putOp("fine", .int(1)), putOp("not fine", .int(1))]) }
+        expectRejection(.futureRevision) { _ = try client.delta(prefix: "", since: 99) }
+        expectRejection(.futureRevision) { _ = try client.snapshot(prefix: "", revision: 99) }
+        expectRejection(.futureRevision) { _ = try client.call(.compact(.with { $0.revision = 99 })) }
+
+        // Nothing changed, and the daemon still serves.
+        let stats = try client.stats()
+        #expect(stats.headRevision == 1)
+        #expect(stats.keys == 1)
+        #expect(try client.get("ok").value.intValue == 1)
+        #expect(try client.list("").map(\.key) == ["ok"])
+        await daemon.stop()
+    }
+
+    @Test func anOversizedMessageDropsOnlyThatConnection() async throws {
+        let daemon = try TestDaemon()
+        let flooder = try daemon.client()
+        try flooder.send(rawBody: [UInt8](repeating: 0x0A, count: WireLimits.maxRequestBytes + 1))
+        let honest = try daemon.client()
+        #expect(try honest.put("k", .int(1)).revision == 1)
+        await daemon.stop()
+    }
+
+    @Test func configurationFileErrorsNameTheLine() throws {
+        var configuration = DaemonConfiguration(runtimeDirectory: "/r", stateDirectory: "/s")
+        try configuration.apply(fileContents: "# comment\nheartbeat_ms = 250\ndurability = full  # fsync\nretention_revisions = 0\n", path: "b.conf")
+        #expect(configuration.heartbeatIntervalMilliseconds == 250)
+        #expect(configuration.durability == .full)
+        #expect(configuration.retention.revisions == nil)
+        #expect(throws: DaemonConfiguration.FileError(path: "b.conf", line: 2, reason: "unknown setting 'colour'")) {
+            try configuration.apply(fileContents: "\ncolour = blue\n", path: "b.conf")
+        }
+        #expect(throws: DaemonConfiguration.FileError.self) { try configuration.apply(fileContents: "heartbeat_ms = soon", path: "b.conf") }
+        #expect(throws: DaemonConfiguration.FileError.self) { try configuration.apply(fileContents: "durability = maybe", path: "b.conf") }
+        #expect(configuration.heartbeatIntervalMilliseconds == 250)  // unchanged by the failures
+    }
+}
+
+extension WireClient {
+    func list(_ prefix: String) throws(WireError) -> [Beacon_V1_KeyValue] {
+        let reply = try call(.list(.with { $0.prefix = prefix }))
+        guard case .list(let list) = reply.result else { return [] }
+        return list.kvs
+    }
+}

@@ -1,0 +1,89 @@
+import BeaconDaemon
+import BeaconJournal
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Logging
+import Testing
+
+func temporaryDirectory() throws -> String {
+    var template = Array("/tmp/bdmn-XXXXXX".utf8CString)
+    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
+    return String(cString: path)
+}
+
+/// A daemon running in this process on its own temporary directories.
+final class TestDaemon {
+    let server: BeaconServer
+    let directory: String
+    var configuration: DaemonConfiguration { server.configuration }
+
+    init(_ configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+        directory = try temporaryDirectory()
+        var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
+        configuration.heartbeatIntervalMilliseconds = 100
+        configure(&configuration)
+        var logger = Logger(label: "test-beacond")
+        logger.logLevel = .critical
+        server = try BeaconServer(configuration: configuration, logger: logger)
+        try server.start()
+    }
+
+    func client() throws -> WireClient {
+        try WireClient(runtimeDirectory: configuration.runtimeDirectory)
+    }
+
+    func stop() async {
+        server.requestStop()
+        await server.waitUntilStopped()
+    }
+}
+
+extension Beacon_V1_Value {
+    static func int(_ value: Int64) -> Self { .with { $0.intValue = value } }
+    static func string(_ value: String) -> Self { .with { $0.stringValue = value } }
+}
+
+func putOp(_ key: String, _ value: Beacon_V1_Value, ifVersion: UInt64? = nil, createOnly: Bool = false) -> Beacon_V1_TxnOp {
+    .with {
+        $0.put.key = key
+        $0.put.value = value
+        if let ifVersion { $0.put.ifVersion = ifVersion }
+        $0.put.createOnly = createOnly
+    }
+}
+
+func deleteOp(_ key: String) -> Beacon_V1_TxnOp {
+    .with { $0.delete.key = key }
+}
+
+/// Expects `body` to fail with the daemon's error `code`; returns that error.
+@discardableResult
+func expectRejection(_ code: Beacon_V1_Error.Code, sourceLocation: SourceLocation = #_sourceLocation,
+                     _ body: () throws -> Void) -> Beacon_V1_Error? {
+    do {
+        try body()
+        Issue.record("expected \(code), the call succeeded", sourceLocation: sourceLocation)
+        return nil
+    } catch {
+        guard let error = error as? WireError else {
+            Issue.record("expected \(code), got \(error)", sourceLocation: sourceLocation)
+            return nil
+        }
+        #expect(error.kind == .rejected, "\(error)", sourceLocation: sourceLocation)
+        #expect(error.reply?.code == code, "\(error)", sourceLocation: sourceLocation)
+        return error.reply
+    }
+}
+
+/// Receives publications until `predicate` accepts one or `timeoutMilliseconds` passes.
+func awaitPublication(_ client: WireClient, timeoutMilliseconds: Int = 5000,
+                      where predicate: (WireClient.Publication) -> Bool) throws -> WireClient.Publication? {
+    let deadline = Date().addingTimeInterval(Double(timeoutMilliseconds) / 1000)
+    while Date() < deadline {
+        if let publication = try client.receivePublication(timeoutMilliseconds: 100), predicate(publication) {
+            return publication
+        }
+    }
+    return nil
+}

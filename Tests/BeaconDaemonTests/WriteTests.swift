@@ -1,0 +1,137 @@
+import BeaconDaemon
+import BeaconJournal
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Testing
+
+@Suite(.timeLimit(.minutes(1)))
+struct WriteTests {
+    @Test func anAcknowledgedWriteIsJournaledAndPublishedWithItsRevision() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        try client.subscribe("net.")
+        // Wait until the daemon sequences the prefix, so the diff carries its mark.
+        _ = try awaitPublication(client) {
+            if case .heartbeat(let h) = $0 { return h.prefixes.contains { $0.prefix == "net." } } else { return false }
+        }
+        let first = try client.put("net.link", .string("up"))
+        let second = try client.put("net.link", .string("down"))
+        #expect(first.revision == 1 && first.versions == [1])
+        #expect(second.revision == 2 && second.versions == [2])
+
+        var diffs: [Beacon_V1_Diff] = []
+        while diffs.count < 2, let publication = try awaitPublication(client, where: { if case .diff = $0 { true } else { false } }) {
+            if case .diff(let diff) = publication { diffs.append(diff) }
+        }
+        #expect(diffs.map(\.event.revision) == [1, 2])
+        #expect(diffs.map(\.event.change.value.stringValue) == ["up", "down"])
+        #expect(diffs[1].marks.map(\.prefix) == ["net."])
+        #expect(diffs[1].marks[0].previousRevision == 1)
+        #expect(diffs[1].marks[0].parts == 1)
+        await daemon.stop()
+
+        let journal = try Journal(path: daemon.configuration.journalPath)
+        let changes = try journal.changes(prefix: "", from: 1, to: 10, limit: 10).changes
+        #expect(changes.map(\.revision) == [1, 2])
+        #expect(changes.map(\.key) == ["net.link", "net.link"])
+        #expect(journal.headRevision == 2)
+    }
+
+    @Test func compareAndSetCreateOnlyAndDeleteFollowVersions() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        #expect(try client.put("k", .int(1), createOnly: true).versions == [1])
+        let exists = expectRejection(.alreadyExists) { _ = try client.put("k", .int(2), createOnly: true) }
+        #expect(exists?.currentVersion == 1)
+        let stale = expectRejection(.versionConflict) { _ = try client.put("k", .int(2), ifVersion: 7) }
+        #expect(stale?.currentVersion == 1 && stale?.key == "k")
+        #expect(try client.put("k", .int(2), ifVersion: 1).versions == [2])
+        expectRejection(.versionConflict) { _ = try client.delete("k", ifVersion: 1) }
+        #expect(try client.delete("k", ifVersion: 2).revision == 3)
+        expectRejection(.notFound) { _ = try client.get("k") }
+        expectRejection(.notFound) { _ = try client.delete("k") }
+        // Re-created: a new life with a new create revision.
+        #expect(try client.put("k", .int(3), ifVersion: 0).versions == [1])
+        #expect(try client.get("k").createRevision == 4)
+        await daemon.stop()
+    }
+
+    @Test func aTransactionIsOneRevisionOrNothing() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        try client.subscribe("")
+        _ = try client.put("a", .int(0))
+        let committed = try client.transaction([putOp("a", .int(1), ifVersion: 1), putOp("b", .int(2)), putOp("c", .int(3)), deleteOp("a")])
+        #expect(committed.revision == 2)
+        #expect(committed.versions == [2, 1, 1, 0])
+        expectRejection(.notFound) { _ = try client.get("a") }
+        let failed = expectRejection(.versionConflict) {
+            _ = try client.transaction([putOp("b", .int(20)), putOp("c", .int(30), ifVersion: 9)])
+        }
+        #expect(failed?.opIndex == 1)
+        #expect(try client.get("b").value.intValue == 2)
+        #expect(try client.stats().headRevision == 2)
+
+        var parts: [Beacon_V1_Event] = []
+        var marker: Beacon_V1_CommitMarker?
+        while marker == nil, let publication = try awaitPublication(client, where: { _ in true }) {
+            switch publication {
+            case .diff(let diff) where diff.event.revision == 2: parts.append(diff.event)
+            case .commit(let commit): marker = commit
+            default: break
+            }
+        }
+        #expect(parts.map(\.change.key) == ["a", "b", "c", "a"])
+        #expect(parts.map(\.part) == [0, 1, 2, 3])
+        #expect(parts.allSatisfy { $0.parts == 4 })
+        #expect(marker?.revision == 2 && marker?.parts == 4)
+        #expect(marker?.marks.first { $0.prefix == "" }?.parts == 4)
+        await daemon.stop()
+    }
+
+    @Test func aRetriedWriteIDIsAnsweredWithTheFirstResult() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        let first = try client.put("k", .int(1), writeID: [9, 9, 9])
+        let retry = try client.put("k", .int(1), writeID: [9, 9, 9])
+        #expect(retry.revision == first.revision)
+        #expect(retry.replayed && !first.replayed)
+        #expect(try client.stats().headRevision == 1)
+        await daemon.stop()
+
+        // Also after a restart, from the journal.
+        let restarted = try TestDaemon { $0.stateDirectory = daemon.configuration.stateDirectory }
+        let again = try restarted.client().put("k", .int(1), writeID: [9, 9, 9])
+        #expect(again.revision == 1 && again.replayed && again.versions == [1])
+        await restarted.stop()
+    }
+
+    @Test func aKeyWithATTLExpiresAsAJournaledEvent() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        _ = try client.put("session.x", .int(1), ttlMilliseconds: 150)
+        _ = try client.put("keep", .int(1))
+        #expect(try client.get("session.x").expiresAtMs > 0)
+        try await Task.sleep(for: .milliseconds(400))
+        expectRejection(.notFound) { _ = try client.get("session.x") }
+        let history = try client.history("session.x", exact: true)
+        #expect(history.events.map(\.change.kind) == [.put, .expire])
+        #expect(history.events.map(\.revision) == [1, 3])
+        await daemon.stop()
+    }
+
+    @Test func revisionsContinueAcrossARestart() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        for i in 0..<5 { _ = try client.put("k\(i)", .int(Int64(i))) }
+        let epoch = try client.ping().epoch
+        await daemon.stop()
+        let restarted = try TestDaemon { $0.stateDirectory = daemon.configuration.stateDirectory }
+        let again = try restarted.client()
+        #expect(try again.ping().epoch == epoch)
+        #expect(try again.put("k9", .int(9)).revision == 6)
+        #expect(try again.get("k3").value.intValue == 3)
+        await restarted.stop()
+    }
+}
