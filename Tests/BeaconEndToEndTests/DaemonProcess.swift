@@ -1,0 +1,91 @@
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Testing
+
+func temporaryDirectory() throws -> String {
+    var template = Array("/tmp/be2e-XXXXXX".utf8CString)
+    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
+    return String(cString: path)
+}
+
+/// Where the built `beacond` and `beacon` are: `$BEACON_BIN_DIR`, or beside the test bundle.
+func binary(_ name: String) throws -> String {
+    if let dir = ProcessInfo.processInfo.environment["BEACON_BIN_DIR"] { return dir + "/" + name }
+    var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    for _ in 0..<4 {
+        let candidate = dir.appendingPathComponent(name).path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        dir = dir.deletingLastPathComponent()
+    }
+    let fallback = FileManager.default.currentDirectoryPath + "/.build/debug/" + name
+    try #require(FileManager.default.isExecutableFile(atPath: fallback), "build \(name) first (swift build)")
+    return fallback
+}
+
+/// A real `beacond` process on its own directories.
+final class DaemonProcess {
+    let process = Process()
+    let runtimeDirectory: String
+    let stateDirectory: String
+    let stderrPath: String
+
+    /// Launches beacond; with `waitUntilReady`, returns once it answers a ping.
+    init(runtimeDirectory: String, stateDirectory: String, extraArguments: [String] = [], waitUntilReady: Bool = true) throws {
+        self.runtimeDirectory = runtimeDirectory
+        self.stateDirectory = stateDirectory
+        stderrPath = runtimeDirectory + ".stderr"
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: try binary("beacond"))
+        process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100"] + extraArguments
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        if waitUntilReady { try waitForPing() }
+    }
+
+    func waitForPing() throws {
+        let client = try WireClient(runtimeDirectory: runtimeDirectory)
+        for _ in 0..<100 {
+            if (try? client.ping(timeoutMilliseconds: 100)) != nil { return }
+            if !process.isRunning { break }
+        }
+        Issue.record("beacond did not answer: \(stderr)")
+    }
+
+    var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+    /// Sends `signal` and waits for the process to exit; returns its status.
+    @discardableResult
+    func stop(signal: Int32 = SIGTERM) -> Int32 {
+        if process.isRunning { kill(process.processIdentifier, signal) }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// Waits for a process that should exit by itself; returns its status.
+    func exitStatus() -> Int32 {
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
+
+/// Runs a tool and returns its exit status.
+@discardableResult
+func runTool(_ path: String, _ arguments: [String]) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+/// Whether this process may mount a tmpfs (root outside a restrictive sandbox).
+let canMountTmpfs: Bool = {
+    guard getuid() == 0, let dir = try? temporaryDirectory() else { return false }
+    guard runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", dir]) == 0 else { return false }
+    runTool("/bin/umount", [dir])
+    return true
+}()

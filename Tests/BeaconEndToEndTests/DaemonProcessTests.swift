@@ -1,0 +1,133 @@
+import BeaconJournal
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Synchronization
+import Testing
+
+@Suite(.timeLimit(.minutes(2)), .serialized)
+struct DaemonProcessTests {
+    @Test func killNineLosesNoAcknowledgedWriteAndRevisionsContinue() async throws {
+        let dir = try temporaryDirectory()
+        var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let acknowledged = Mutex<[(revision: UInt64, key: String, value: Int64)]>([])
+        let writerDone = DispatchSemaphore(value: 0)
+        let runtimeDirectory = daemon.runtimeDirectory
+        Thread.detachNewThread {
+            defer { writerDone.signal() }
+            guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
+            var i: Int64 = 0
+            while true {
+                let key = "k\(i % 100)"
+                let value = Beacon_V1_Value.with { $0.intValue = i }
+                guard let reply = try? client.put(key, value, timeoutMilliseconds: 1000) else { return }
+                acknowledged.withLock { $0.append((reply.revision, key, i)) }
+                i += 1
+            }
+        }
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(daemon.stop(signal: SIGKILL) == SIGKILL)
+        writerDone.wait()
+        let acks = acknowledged.withLock { $0 }
+        #expect(acks.count > 100, "the writer should have been acknowledged many times")
+
+        daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let head = try client.stats().headRevision
+        let maxAcked = try #require(acks.map(\.revision).max())
+        #expect(head >= maxAcked)
+        // Every revision from 1 to head is in the journal exactly once, in order.
+        var revisions: [UInt64] = []
+        var values: [UInt64: Int64] = [:]
+        var since: UInt64 = 0
+        while true {
+            let page = try client.delta(prefix: "", since: since)
+            for event in page.events {
+                revisions.append(event.revision)
+                values[event.revision] = event.change.value.intValue
+            }
+            since = page.revision
+            if !page.more { break }
+        }
+        #expect(revisions == Array(1...head))
+        for ack in acks { #expect(values[ack.revision] == ack.value, "acknowledged revision \(ack.revision) lost") }
+        // The next write continues the sequence.
+        #expect(try client.put("after", .with { $0.intValue = 1 }).revision == head + 1)
+        #expect(daemon.stop() == 0)
+    }
+
+    @Test func aSecondDaemonOnTheSameRuntimeDirectoryRefusesToStart() throws {
+        let dir = try temporaryDirectory()
+        let first = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let second = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/other", waitUntilReady: false)
+        #expect(second.exitStatus() == 69)
+        #expect(second.stderr.contains("another beacond (pid \(first.process.processIdentifier)) is running"))
+        // The same journal from another runtime directory is refused too.
+        let third = try DaemonProcess(runtimeDirectory: dir + "/run3", stateDirectory: dir + "/state", waitUntilReady: false)
+        #expect(third.exitStatus() == 69)
+        #expect(third.stderr.contains("in use by another process"))
+        // The first one is unharmed.
+        #expect(try WireClient(runtimeDirectory: first.runtimeDirectory).ping().headRevision == 0)
+        #expect(first.stop() == 0)
+    }
+
+    @Test func aCorruptJournalStopsStartUpWithAClearMessage() throws {
+        let dir = try temporaryDirectory()
+        try FileManager.default.createDirectory(atPath: dir + "/state", withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 16_384).write(to: URL(fileURLWithPath: dir + "/state/journal.sqlite"))
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state", waitUntilReady: false)
+        #expect(daemon.exitStatus() == 74)
+        #expect(daemon.stderr.contains("journal corrupt"), "\(daemon.stderr)")
+        // Nothing was overwritten.
+        #expect(try Data(contentsOf: URL(fileURLWithPath: dir + "/state/journal.sqlite")) == Data(repeating: 0x5A, count: 16_384))
+    }
+
+    @Test func anInvalidConfigurationFileNamesTheLine() throws {
+        let dir = try temporaryDirectory()
+        try "heartbeat_ms = 100\ndurability = sometimes\n".write(toFile: dir + "/b.conf", atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
+                                       extraArguments: ["--config", dir + "/b.conf"], waitUntilReady: false)
+        #expect(daemon.exitStatus() == 78)
+        #expect(daemon.stderr.contains("b.conf:2: 'durability' is 'normal' or 'full', not 'sometimes'"), "\(daemon.stderr)")
+    }
+
+    @Test func sigtermStopsCleanlyWithTheJournalCheckpointed() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        for i in 0..<50 { _ = try client.put("k\(i)", .with { $0.intValue = Int64(i) }) }
+        #expect(daemon.stop(signal: SIGTERM) == 0)
+        #expect(daemon.stderr.contains("beacond stopped"))
+        let wal = (try? FileManager.default.attributesOfItem(atPath: dir + "/state/journal.sqlite-wal")[.size] as? NSNumber)?.intValue ?? 0
+        #expect(wal == 0)
+        let journal = try Journal(path: dir + "/state/journal.sqlite")
+        #expect(journal.headRevision == 50)
+        #expect(try journal.loadState().count == 50)
+    }
+
+    @Test(.enabled(if: canMountTmpfs, "needs root and mount rights for a small tmpfs"))
+    func aFullDiskRefusesWritesButKeepsServingReads() throws {
+        let dir = try temporaryDirectory()
+        let state = dir + "/state"
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try #require(runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", state]) == 0, "mount tmpfs failed")
+        defer { runTool("/bin/umount", ["-l", state]) }
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: state)
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try client.put("small", .with { $0.stringValue = "kept" })
+        let big = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 7, count: 200_000) }
+        var refusal: WireError?
+        for i in 0..<40 {
+            do { _ = try client.put("big\(i)", big) } catch { refusal = error; break }
+        }
+        let error = try #require(refusal, "the disk never filled")
+        #expect(error.reply?.code == .readOnly, "\(error)")
+        #expect(try client.get("small").value.stringValue == "kept")
+        let stats = try client.stats()
+        #expect(stats.readOnly)
+        let head = stats.headRevision
+        // The refused write changed nothing, and the journal matches what was acknowledged.
+        #expect(try client.history("", from: 0).events.last?.revision == head)
+        #expect(daemon.stop() == 0)
+    }
+}
