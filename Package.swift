@@ -56,7 +56,7 @@ let package = Package(
             "BeaconWire", "BeaconProtocol",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
-        .executableTarget(name: "BeaconBench", dependencies: [
+        .executableTarget(name: "beacon-bench", dependencies: [
             "BeaconWire", "BeaconZMQ", "BeaconProtocol",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

@@ -260,3 +260,12 @@ public final class ZMQSocket {
         public static let events = ZMQ_EVENTS
     }
 }
+
+/// Hands a socket to another thread (libzmq allows migrating a socket across a full memory
+/// barrier, such as starting a thread). The sending thread must not use the socket afterwards.
+public struct ZMQSocketTransfer: @unchecked Sendable {
+    /// The socket being handed over.
+    public let socket: ZMQSocket
+    /// Wraps `socket` for the hand-over.
+    public init(_ socket: ZMQSocket) { self.socket = socket }
+}

@@ -1,0 +1,246 @@
+import ArgumentParser
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+import Synchronization
+
+@main
+struct BeaconBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "beacon-bench",
+        abstract: "Benchmarks that print figures beside the raw libzmq ceiling measured in the same run.",
+        subcommands: [DaemonBench.self])
+}
+
+func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func median(_ values: [Double]) -> Double { percentile(values.sorted(), 0.5) }
+
+func format(_ rate: Double) -> String {
+    rate >= 1_000_000 ? String(format: "%.2f M", rate / 1_000_000) : String(format: "%.0f k", rate / 1000)
+}
+
+func temporaryDirectory() -> String {
+    var template = Array("/tmp/bbench-XXXXXX".utf8CString)
+    return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+}
+
+/// The ceiling: raw libzmq with the same message shape, in this process.
+enum RawZMQ {
+    /// PUB→SUB messages per second: 2 frames (topic, 64-byte body), ipc, no high-water mark.
+    static func pubSubRate(messages: Int, directory: String) throws -> Double {
+        let context = try ZMQContext()
+        let endpoint = "ipc://\(directory)/raw-pub"
+        let pub = try ZMQSocket(context, type: .pub)
+        try pub.setSendHighWaterMark(0)
+        try pub.bind(endpoint)
+        let sub = try ZMQSocket(context, type: .sub)
+        try sub.setReceiveHighWaterMark(0)
+        try sub.connect(endpoint)
+        try sub.subscribe([])
+        // Wait for the subscription to arrive.
+        while true {
+            try pub.send(frames: [ZMQMessage(string: "probe"), ZMQMessage(bytes: [0])])
+            if try sub.receiveMessage(flags: .dontWait) != nil { break }
+            usleep(1000)
+        }
+        while try sub.receiveMessage(flags: .dontWait) != nil {}
+        let body = [UInt8](repeating: 0x61, count: 64)
+        let topic = Array("bench.key.0042".utf8)
+        let start = now()
+        let owned = ZMQSocketTransfer(pub)
+        let sender = Thread {
+            for _ in 0..<messages {
+                _ = try? owned.socket.send(topic, flags: .sendMore)
+                _ = try? owned.socket.send(body)
+            }
+        }
+        sender.start()
+        let frame = ZMQMessage()
+        var received = 0
+        while received < messages {
+            try sub.receive(into: frame)
+            try sub.receive(into: frame)
+            received += 1
+        }
+        let seconds = Double(now() - start) / 1e9
+        return Double(messages) / seconds
+    }
+
+    /// One-way latency (round trip ÷ 2) in µs, DEALER→ROUTER echo of 64 bytes, ipc.
+    static func oneWayLatencies(samples: Int, directory: String) throws -> [Double] {
+        let context = try ZMQContext()
+        let endpoint = "ipc://\(directory)/raw-rtt"
+        let router = try ZMQSocket(context, type: .router)
+        try router.bind(endpoint)
+        let stop = Atomic<Bool>(false)
+        let owned = ZMQSocketTransfer(router)
+        let echo = Thread {
+            let router = owned.socket
+            let poller = ZMQPoller()
+            poller.add(router)
+            while !stop.load(ordering: .relaxed) {
+                guard (try? poller.poll(timeoutMilliseconds: 100)) ?? 0 > 0 else { continue }
+                while let frames = try? router.receiveMessage(flags: .dontWait) { _ = try? router.send(frames: frames) }
+            }
+        }
+        echo.start()
+        let dealer = try ZMQSocket(context, type: .dealer)
+        try dealer.connect(endpoint)
+        let body = [UInt8](repeating: 0x61, count: 64)
+        var latencies: [Double] = []
+        latencies.reserveCapacity(samples)
+        for i in 0..<(samples + 1000) {
+            let start = now()
+            try dealer.send(body)
+            _ = try dealer.receiveMessage()
+            if i >= 1000 { latencies.append(Double(now() - start) / 2000) }
+        }
+        stop.store(true, ordering: .relaxed)
+        while echo.isExecuting || !echo.isFinished { usleep(1000) }
+        return latencies
+    }
+}
+
+/// A release `beacond` started as a child process on its own directories.
+final class DaemonUnderTest {
+    let process = Process()
+    let runtimeDirectory: String
+
+    init(directory: String, durability: String) throws {
+        runtimeDirectory = directory + "/run"
+        let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacond")
+        process.executableURL = binary
+        process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", directory + "/state",
+                             "--durability", durability, "--log-level", "warning"]
+        try process.run()
+        let client = try WireClient(runtimeDirectory: runtimeDirectory)
+        for _ in 0..<100 where (try? client.ping(timeoutMilliseconds: 100)) == nil {}
+    }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
+
+struct DaemonBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "daemon", abstract: "beacond's journaled write rate and write-to-subscriber latency vs raw libzmq.")
+
+    @Option(help: "Writes per throughput run.") var writes = 200_000
+    @Option(help: "Requests in flight for the pipelined run.") var window = 2_000
+    @Option(help: "Distinct keys written.") var keys = 1_000
+    @Option(help: "Latency samples.") var samples = 5_000
+    @Option(help: "Repetitions; medians and spread are printed.") var runs = 3
+    @Option(help: "Journal durability: normal or full.") var durability = "normal"
+
+    func run() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        print("beacon-bench daemon: \(writes) writes of 64-byte values over \(keys) keys, window \(window), \(runs) runs, durability \(durability), ipc")
+
+        var rawRates: [Double] = []
+        var rawLatency: [Double] = []
+        var writeRates: [Double] = []
+        var serialRates: [Double] = []
+        var p50s: [Double] = []
+        var p99s: [Double] = []
+        for run in 0..<runs {
+            rawRates.append(try RawZMQ.pubSubRate(messages: 1_000_000, directory: directory))
+            rawLatency.append(median(try RawZMQ.oneWayLatencies(samples: samples, directory: directory)))
+
+            let daemon = try DaemonUnderTest(directory: directory + "/d\(run)", durability: durability)
+            defer { daemon.stop() }
+            writeRates.append(try pipelinedWrites(daemon))
+            serialRates.append(try serialWrites(daemon, count: min(writes, 20_000)))
+            let latencies = try writeToSubscriberLatencies(daemon).sorted()
+            p50s.append(percentile(latencies, 0.5))
+            p99s.append(percentile(latencies, 0.99))
+        }
+        func spread(_ values: [Double], _ show: (Double) -> String) -> String {
+            "\(show(median(values))) [\(show(values.min()!))–\(show(values.max()!))]"
+        }
+        let rawRate = median(rawRates)
+        let rawOneWay = median(rawLatency)
+        print("")
+        print("| figure | median [min–max] | vs raw libzmq |")
+        print("| --- | --- | --- |")
+        print("| raw libzmq PUB→SUB, 2 frames, 64 B, ipc | \(spread(rawRates) { format($0) + " msg/s" }) | 1.00 |")
+        print("| raw libzmq one-way latency (DEALER/ROUTER RTT ÷ 2) | \(spread(rawLatency) { String(format: "%.1f µs", $0) }) | 1.00 |")
+        print("| beacond committed+published writes/s, pipelined | \(spread(writeRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(writeRates) / rawRate)) of msg rate |")
+        print("| beacond writes/s, one at a time | \(spread(serialRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(serialRates) / rawRate)) |")
+        print("| write request → diff at subscriber, p50 | \(spread(p50s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p50s) / rawOneWay)) one-way |")
+        print("| write request → diff at subscriber, p99 | \(spread(p99s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p99s) / rawOneWay)) one-way |")
+    }
+
+    private func value(_ i: Int) -> Beacon_V1_Value {
+        .with { $0.bytesValue = Data(repeating: UInt8(truncatingIfNeeded: i), count: 64) }
+    }
+
+    /// Keeps `window` puts in flight; returns acknowledged (committed and published) writes per second.
+    private func pipelinedWrites(_ daemon: DaemonUnderTest) throws -> Double {
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let keyNames = (0..<keys).map { "bench.key.\($0)" }
+        let start = now()
+        var sent = 0, acknowledged = 0
+        while acknowledged < writes {
+            while sent < writes && sent - acknowledged < window {
+                try client.send(.put(.with { $0.key = keyNames[sent % keys]; $0.value = value(sent) }))
+                sent += 1
+            }
+            guard let reply = try client.receiveReply(timeoutMilliseconds: 10_000) else {
+                throw ValidationError("timed out at \(acknowledged) acknowledged writes")
+            }
+            guard case .write = reply.result else { throw ValidationError("write refused: \(reply)") }
+            acknowledged += 1
+        }
+        let rate = Double(writes) / (Double(now() - start) / 1e9)
+        let stats = try client.stats()
+        print(String(format: "  pipelined run: %.0f writes/s, %.1f writes per journal commit", rate, Double(stats.writes) / Double(max(stats.commits, 1))))
+        return rate
+    }
+
+    private func serialWrites(_ daemon: DaemonUnderTest, count: Int) throws -> Double {
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let start = now()
+        for i in 0..<count { _ = try client.put("bench.serial.\(i % keys)", value(i)) }
+        return Double(count) / (Double(now() - start) / 1e9)
+    }
+
+    /// One write at a time; time from sending the request to the diff arriving at a subscriber.
+    private func writeToSubscriberLatencies(_ daemon: DaemonUnderTest) throws -> [Double] {
+        let writer = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let subscriber = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try subscriber.subscribe("bench.lat.")
+        // Wait until the subscription is live.
+        var live = false
+        while !live {
+            _ = try writer.put("bench.lat.probe", value(0))
+            while let publication = try subscriber.receivePublication(timeoutMilliseconds: 20) {
+                if case .diff = publication { live = true }
+            }
+        }
+        var latencies: [Double] = []
+        latencies.reserveCapacity(samples)
+        for i in 0..<samples {
+            let start = now()
+            try writer.send(.put(.with { $0.key = "bench.lat.\(i % 100)"; $0.value = value(i) }))
+            while true {
+                guard let publication = try subscriber.receivePublication(timeoutMilliseconds: 5000) else {
+                    throw ValidationError("diff \(i) never arrived")
+                }
+                if case .diff(let diff) = publication, diff.event.change.key == "bench.lat.\(i % 100)" { break }
+            }
+            latencies.append(Double(now() - start) / 1000)
+            _ = try writer.receiveReply(timeoutMilliseconds: 5000)
+        }
+        return latencies
+    }
+}
