@@ -1,0 +1,63 @@
+# Beacon — entry points for people, CI and tools. `make help` lists them.
+SHELL := /bin/bash
+SWIFT ?= swift
+PREFIX ?= /usr/local
+DESTDIR ?=
+RUN_DIR ?= $(CURDIR)/.run
+APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config
+
+.PHONY: help deps build release run test bench bench-daemon install proto clean
+
+help:
+	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
+	@echo "make run           build, start beacond on embedded defaults, show it working"
+	@echo "make test          run every test (the command CI runs)"
+	@echo "make bench         run all benchmarks (release build)"
+	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
+	@echo "make install       install binaries, unit and config (PREFIX, DESTDIR honoured)"
+	@echo "make proto         regenerate Swift code from proto/*.proto"
+
+# Installs the C libraries from Debian when they are missing (needs root or sudo).
+deps:
+	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+# Starts beacond with a local journal and sockets under .run/, writes and watches a few
+# signals with the beacon CLI, then keeps the daemon in the foreground until Ctrl-C.
+run: build
+	@scripts/run-demo.sh "$$($(SWIFT) build --show-bin-path)" "$(RUN_DIR)"
+
+test: build
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --parallel --num-workers 2
+
+bench: bench-daemon
+
+bench-daemon: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" daemon
+
+install: release
+	@bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)/etc/beacon" \
+	  "$(DESTDIR)/usr/lib/systemd/system" "$(DESTDIR)/usr/lib/sysusers.d" "$(DESTDIR)/usr/lib/tmpfiles.d"; \
+	install -m 0755 "$$bin/beacond" "$$bin/beacon" "$(DESTDIR)$(PREFIX)/bin/"; \
+	sed "s|@BINDIR@|$(PREFIX)/bin|g" deploy/beacond.service > "$(DESTDIR)/usr/lib/systemd/system/beacond.service"; \
+	install -m 0644 deploy/beacon.sysusers "$(DESTDIR)/usr/lib/sysusers.d/beacon.conf"; \
+	install -m 0644 deploy/beacon.tmpfiles "$(DESTDIR)/usr/lib/tmpfiles.d/beacon.conf"; \
+	[ -e "$(DESTDIR)/etc/beacon/beacond.conf" ] || install -m 0644 deploy/beacond.conf "$(DESTDIR)/etc/beacon/beacond.conf"; \
+	echo "installed into $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc, $(DESTDIR)/usr/lib"
+
+proto:
+	scripts/generate-proto.sh
+
+clean:
+	rm -rf .build .run
