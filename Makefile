@@ -36,7 +36,7 @@ release: deps
 run: build
 	@scripts/run-demo.sh "$$($(SWIFT) build --show-bin-path)" "$(RUN_DIR)"
 
-test: build
+test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --parallel --num-workers 2
 

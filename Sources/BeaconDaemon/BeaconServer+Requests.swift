@@ -13,7 +13,10 @@ extension BeaconServer {
         let request: Beacon_V1_Request
         do {
             request = try frames[frames.count - 1].withUnsafeBytes { buffer in
-                try Beacon_V1_Request(serializedBytes: Array(buffer))
+                // Decoded in place: the Data borrows the frame's bytes for the call only.
+                guard let base = buffer.baseAddress else { return Beacon_V1_Request() }
+                return try Beacon_V1_Request(serializedBytes: Data(
+                    bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: buffer.count, deallocator: .none))
             }
         } catch {
             logger.debug("malformed request", metadata: ["bytes": "\(frames[frames.count - 1].count)"])
@@ -263,12 +266,19 @@ extension BeaconServer {
     }
 
     func send(_ reply: Beacon_V1_Reply, to envelope: [ZMQMessage]) {
+        guard let body: [UInt8] = try? reply.serializedBytes() else {
+            logger.error("reply not encoded", metadata: ["reply.id": "\(reply.id)"])
+            return
+        }
+        send(body: body, to: envelope)
+    }
+
+    func send(body: [UInt8], to envelope: [ZMQMessage]) {
         do {
-            let body: [UInt8] = try reply.serializedBytes()
             for frame in envelope {
                 try router.send(frame, flags: [.sendMore, .dontWait])
             }
-            try router.send(ZMQMessage(bytes: body), flags: .dontWait)
+            try router.send(body, flags: .dontWait)
         } catch {
             // A peer that went away or stopped reading; the reply is lost, nothing else is.
             logger.debug("reply not sent", metadata: ["error": "\(error)"])

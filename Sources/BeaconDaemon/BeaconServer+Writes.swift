@@ -99,9 +99,8 @@ extension BeaconServer {
                 if let problem = KeyPath.problem(key: put.key) {
                     throw failure(.invalidKey, problem.description, key: put.key, index: index)
                 }
-                if let problem = put.value.problem() {
-                    throw failure(problem == .missing || problem == .tooDeep ? .invalidValue : .valueTooLarge,
-                                  problem.description, key: put.key, index: index)
+                if let problem = put.value.structuralProblem() {
+                    throw failure(.invalidValue, problem.description, key: put.key, index: index)
                 }
                 let current = pending[put.key] ?? store.live(put.key)
                 let version = current?.version ?? 0
@@ -114,6 +113,9 @@ extension BeaconServer {
                 let encoded: [UInt8]
                 do { encoded = try put.value.serializedBytes() } catch {
                     throw failure(.invalidValue, "value cannot be encoded: \(error)", key: put.key, index: index)
+                }
+                if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: encoded.count) {
+                    throw failure(.valueTooLarge, problem.description, key: put.key, index: index)
                 }
                 let expires = put.ttlMs > 0 ? now + put.ttlMs : 0
                 let change = JournalChange(
@@ -181,13 +183,8 @@ extension BeaconServer {
         for write in staged {
             counters.writes += 1
             guard let envelope = write.envelope else { continue }
-            var reply = Beacon_V1_Reply()
-            reply.id = write.requestID
-            reply.write = .with {
-                $0.revision = write.changes[0].revision
-                $0.versions = write.changes.map(\.version)
-            }
-            send(reply, to: envelope)
+            send(body: WireEncoder.writeReply(id: write.requestID, revision: write.changes[0].revision,
+                                              versions: write.changes.map(\.version)), to: envelope)
         }
     }
 
@@ -210,11 +207,12 @@ extension BeaconServer {
         let marks = tracker.record(revision: revision, keys: write.changes.map(\.key))
         let epoch = journal.epoch
         for (index, change) in write.changes.enumerated() {
-            var diff = Beacon_V1_Diff()
-            diff.epoch = epoch
-            diff.event = Self.event(change, value: write.values[index])
-            diff.marks = marks.perChange[index]
-            publish(topic: change.key, diff)
+            let body = WireEncoder.diff(
+                epoch: epoch, revision: change.revision, part: change.part, parts: change.parts,
+                kind: Self.wireKind(change.kind), key: change.key, encodedValue: change.value, version: change.version,
+                createRevision: change.createRevision, expiresAtMilliseconds: change.expiresAtMilliseconds,
+                timestampMilliseconds: change.timestampMilliseconds, marks: marks.perChange[index])
+            publish(topic: change.key, body: body)
         }
         if write.changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
@@ -228,14 +226,32 @@ extension BeaconServer {
 
     func publish(topic: String, _ message: some SwiftProtobuf.Message) {
         do {
-            let body: [UInt8] = try message.serializedBytes()
+            publish(topic: topic, body: try message.serializedBytes())
+        } catch {
+            logger.warning("publication not encoded", metadata: ["topic": "\(topic)", "error": "\(error)"])
+        }
+    }
+
+    func publish(topic: String, body: [UInt8]) {
+        do {
             // XPUB never blocks: at a subscriber's high-water mark the message is dropped for that
             // subscriber, which detects the gap from the sequencing marks and repairs it.
-            try publisher.send(ZMQMessage(bytes: Array(topic.utf8)), flags: [.sendMore, .dontWait])
-            try publisher.send(ZMQMessage(bytes: body), flags: .dontWait)
+            var topic = topic
+            _ = try topic.withUTF8 { (utf8) throws(ZMQError) in
+                try publisher.send(copying: UnsafeRawBufferPointer(utf8), flags: [.sendMore, .dontWait])
+            }
+            try publisher.send(body, flags: .dontWait)
             counters.published += 1
         } catch {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+        }
+    }
+
+    static func wireKind(_ kind: ChangeKind) -> Beacon_V1_Change.Kind {
+        switch kind {
+        case .put: .put
+        case .delete: .delete
+        case .expire: .expire
         }
     }
 

@@ -18,9 +18,19 @@ extension Beacon_V1_Value {
 
     /// Returns why this value may not be stored, or `nil` when it may.
     public func problem() -> Problem? {
-        if let problem = structuralProblem(depth: 0) { return problem }
+        if let problem = structuralProblem() { return problem }
         let size = (try? serializedBytes() as [UInt8])?.count ?? Int.max
-        return size > WireLimits.maxValueBytes ? .tooLarge(bytes: size) : nil
+        return Self.sizeProblem(encodedBytes: size)
+    }
+
+    /// Returns why this value is malformed (no type, too deep), without checking its size.
+    public func structuralProblem() -> Problem? {
+        structuralProblem(depth: 0)
+    }
+
+    /// Returns `.tooLarge` when an encoded value of `encodedBytes` exceeds the limit.
+    public static func sizeProblem(encodedBytes: Int) -> Problem? {
+        encodedBytes > WireLimits.maxValueBytes ? .tooLarge(bytes: encodedBytes) : nil
     }
 
     private func structuralProblem(depth: Int) -> Problem? {

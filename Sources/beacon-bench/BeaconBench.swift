@@ -113,12 +113,12 @@ final class DaemonUnderTest {
     let process = Process()
     let runtimeDirectory: String
 
-    init(directory: String, durability: String) throws {
+    init(directory: String, durability: String, maxBatch: Int) throws {
         runtimeDirectory = directory + "/run"
         let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacond")
         process.executableURL = binary
         process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", directory + "/state",
-                             "--durability", durability, "--log-level", "warning"]
+                             "--durability", durability, "--max-batch", "\(maxBatch)", "--log-level", "warning"]
         try process.run()
         let client = try WireClient(runtimeDirectory: runtimeDirectory)
         for _ in 0..<100 where (try? client.ping(timeoutMilliseconds: 100)) == nil {}
@@ -140,6 +140,7 @@ struct DaemonBench: ParsableCommand {
     @Option(help: "Latency samples.") var samples = 5_000
     @Option(help: "Repetitions; medians and spread are printed.") var runs = 3
     @Option(help: "Journal durability: normal or full.") var durability = "normal"
+    @Option(help: "beacond --max-batch: requests per group commit.") var maxBatch = 4096
 
     func run() throws {
         let directory = temporaryDirectory()
@@ -156,7 +157,7 @@ struct DaemonBench: ParsableCommand {
             rawRates.append(try RawZMQ.pubSubRate(messages: 1_000_000, directory: directory))
             rawLatency.append(median(try RawZMQ.oneWayLatencies(samples: samples, directory: directory)))
 
-            let daemon = try DaemonUnderTest(directory: directory + "/d\(run)", durability: durability)
+            let daemon = try DaemonUnderTest(directory: directory + "/d\(run)", durability: durability, maxBatch: maxBatch)
             defer { daemon.stop() }
             writeRates.append(try pipelinedWrites(daemon))
             serialRates.append(try serialWrites(daemon, count: min(writes, 20_000)))

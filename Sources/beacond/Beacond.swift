@@ -46,6 +46,9 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Keep this many revisions of history (0: no count limit).", valueName: "n"))
     var retentionRevisions: UInt64?
 
+    @Option(name: .long, help: ArgumentHelp("Most requests read and committed as one group.", valueName: "n"))
+    var maxBatch: Int?
+
     @Option(name: .long, help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical.", valueName: "level"))
     var logLevel: String = "info"
 
@@ -84,6 +87,7 @@ struct Beacond: AsyncParsableCommand {
             }
             configuration.durability = mode
         }
+        if let maxBatch { configuration.maxBatch = max(maxBatch, 1) }
         if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
 
         let server: BeaconServer
