@@ -88,6 +88,17 @@ public struct WireEncoder {
         return encoder.bytes
     }
 
+    /// Encodes a `beacon.v1.Request` carrying a plain `Put` of an already encoded value.
+    public static func putRequest(id: UInt64, key: String, encodedValue: [UInt8]) -> [UInt8] {
+        var encoder = WireEncoder(capacity: 32 + key.utf8.count + encodedValue.count)
+        encoder.field(1, id)
+        encoder.message(13) { put in
+            put.field(1, string: key)
+            put.message(2) { $0.bytes.append(contentsOf: encodedValue) }
+        }
+        return encoder.bytes
+    }
+
     /// Encodes a `beacon.v1.Reply` carrying a `WriteReply`.
     public static func writeReply(id: UInt64, revision: UInt64, versions: [UInt64], replayed: Bool = false) -> [UInt8] {
         var encoder = WireEncoder(capacity: 32 + versions.count * 2)
