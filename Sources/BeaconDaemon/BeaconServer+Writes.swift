@@ -92,6 +92,7 @@ extension BeaconServer {
         changes.reserveCapacity(ops.count)
         // Later operations of a transaction see the effect of earlier ones on the same key.
         var pending: [String: SignalStore.Entry?] = [:]
+        let isTransaction = ops.count > 1
         for (index, op) in ops.enumerated() {
             let part = UInt32(index)
             switch op.op {
@@ -122,8 +123,10 @@ extension BeaconServer {
                     revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: put.key, value: encoded,
                     version: version + 1, createRevision: current?.createRevision ?? revision,
                     expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: index == 0 && !writeID.isEmpty ? writeID : nil)
-                pending[put.key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
-                                                           modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false))
+                if isTransaction {
+                    pending[put.key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
+                                                               modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false))
+                }
                 changes.append(change)
                 values.append(put.value)
             case .delete(let delete):
@@ -138,7 +141,7 @@ extension BeaconServer {
                 guard current != nil else {
                     throw failure(.notFound, "key '\(delete.key)' does not exist", key: delete.key, index: index)
                 }
-                pending[delete.key] = .some(nil)
+                if isTransaction { pending[delete.key] = .some(nil) }
                 changes.append(JournalChange(
                     revision: revision, part: part, parts: UInt32(ops.count), kind: .delete, key: delete.key,
                     version: 0, createRevision: 0, timestampMilliseconds: now,
@@ -204,14 +207,14 @@ extension BeaconServer {
 
     private func publish(_ write: StagedWrite) {
         let revision = write.changes[0].revision
-        let marks = tracker.record(revision: revision, keys: write.changes.map(\.key))
+        let marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : write.changes.map(\.key))
         let epoch = journal.epoch
         for (index, change) in write.changes.enumerated() {
             let body = WireEncoder.diff(
                 epoch: epoch, revision: change.revision, part: change.part, parts: change.parts,
                 kind: Self.wireKind(change.kind), key: change.key, encodedValue: change.value, version: change.version,
                 createRevision: change.createRevision, expiresAtMilliseconds: change.expiresAtMilliseconds,
-                timestampMilliseconds: change.timestampMilliseconds, marks: marks.perChange[index])
+                timestampMilliseconds: change.timestampMilliseconds, marks: marks.perChange.isEmpty ? [] : marks.perChange[index])
             publish(topic: change.key, body: body)
         }
         if write.changes.count > 1 {

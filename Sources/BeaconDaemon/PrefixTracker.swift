@@ -16,6 +16,9 @@ struct PrefixTracker {
 
     private(set) var tracked: [String: Tracked] = [:]
 
+    /// Whether no prefix is sequenced (then diffs carry no marks).
+    var isEmpty: Bool { tracked.isEmpty }
+
     /// Starts tracking `prefix` for a subscriber, with `initial` as its last revision if new.
     mutating func subscribe(_ prefix: String, initial: () -> UInt64) {
         if tracked[prefix] == nil {
@@ -49,10 +52,10 @@ struct PrefixTracker {
         tracked = tracked.filter { $0.value.subscribed || $0.value.leaseUntilMilliseconds > nowMilliseconds }
     }
 
-    /// Marks for one revision: per change, the marks of the tracked prefixes its key starts with,
+    /// Marks for one revision (both empty when nothing is tracked): per change, the marks of the tracked prefixes its key starts with,
     /// and the marks of every tracked prefix the revision touched. Advances those prefixes.
     mutating func record(revision: UInt64, keys: [String]) -> (perChange: [[Beacon_V1_PrefixMark]], touched: [Beacon_V1_PrefixMark]) {
-        if tracked.isEmpty { return (Array(repeating: [], count: keys.count), []) }
+        if tracked.isEmpty { return ([], []) }
         var matches: [[String]] = []
         matches.reserveCapacity(keys.count)
         var counts: [String: UInt32] = [:]

@@ -48,11 +48,24 @@ public struct WireEncoder {
     /// Appends a nested message field, written by `body` (always present, even when empty).
     @inline(__always)
     public mutating func message(_ number: UInt64, _ body: (inout WireEncoder) -> Void) {
-        var inner = WireEncoder(capacity: 64)
-        body(&inner)
         varint(number << 3 | 2)
-        varint(UInt64(inner.bytes.count))
-        bytes.append(contentsOf: inner.bytes)
+        // Encode in place behind a one-byte length, widening it afterwards if the body is long.
+        let lengthAt = bytes.count
+        bytes.append(0)
+        body(&self)
+        let length = bytes.count - lengthAt - 1
+        if length < 0x80 {
+            bytes[lengthAt] = UInt8(length)
+            return
+        }
+        var prefix: [UInt8] = []
+        var value = UInt64(length)
+        while value >= 0x80 {
+            prefix.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        prefix.append(UInt8(value))
+        bytes.replaceSubrange(lengthAt..<(lengthAt + 1), with: prefix)
     }
 
     // MARK: Beacon messages

@@ -32,6 +32,23 @@ struct WireEncoderTests {
         #expect(encoded == (try expected.serializedBytes() as [UInt8]))
     }
 
+    @Test func longNestedMessagesGetMultiByteLengths() throws {
+        let value = Beacon_V1_Value.with { $0.stringValue = String(repeating: "x", count: 20_000) }
+        let encoded = WireEncoder.diff(epoch: 1, revision: 2, part: 0, parts: 1, kind: .put, key: "k",
+                                       encodedValue: try value.serializedBytes(), version: 1, createRevision: 2,
+                                       expiresAtMilliseconds: 0, timestampMilliseconds: 3,
+                                       marks: [.with { $0.prefix = String(repeating: "p", count: 200); $0.previousRevision = 1; $0.parts = 1 }])
+        let expected = Beacon_V1_Diff.with {
+            $0.epoch = 1
+            $0.event = .with {
+                $0.revision = 2; $0.parts = 1; $0.timestampMs = 3
+                $0.change = .with { $0.key = "k"; $0.value = value; $0.version = 1; $0.createRevision = 2 }
+            }
+            $0.marks = [.with { $0.prefix = String(repeating: "p", count: 200); $0.previousRevision = 1; $0.parts = 1 }]
+        }
+        #expect(encoded == (try expected.serializedBytes() as [UInt8]))
+    }
+
     @Test func aDeleteDiffCarriesNoValue() throws {
         let encoded = WireEncoder.diff(epoch: 1, revision: 2, part: 0, parts: 1, kind: .delete, key: "k",
                                        encodedValue: [], version: 0, createRevision: 0, expiresAtMilliseconds: 0,
