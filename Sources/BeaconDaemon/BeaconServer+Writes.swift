@@ -40,7 +40,8 @@ extension BeaconServer {
             return reject(envelope, request.id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
         if !writeID.isEmpty {
-            if stagedWriteIDs.contains(writeID) { flushWrites() }
+            // A retry of a write still staged or committing: answer it once that one is done.
+            if pendingWriteIDs.contains(writeID) { flushWrites() }
             if let revision = writeIDs[writeID] {
                 return replayWrite(envelope, request.id, revision: revision)
             }
@@ -59,7 +60,7 @@ extension BeaconServer {
             staged.append(StagedWrite(envelope: envelope, requestID: request.id, changes: changes, values: values,
                                       undo: undo, writeID: writeID.isEmpty ? nil : writeID))
             stagedChanges.append(contentsOf: changes)
-            if !writeID.isEmpty { stagedWriteIDs.insert(writeID) }
+            if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
         } catch {
             counters.rejected += 1
             var reply = Beacon_V1_Reply()
@@ -154,40 +155,78 @@ extension BeaconServer {
         return (changes, values)
     }
 
-    /// Commits every staged write in one journal transaction, then publishes and answers them.
-    /// If the commit fails, the store is rolled back and every staged writer gets READ_ONLY.
+    /// Starts committing what is staged if no commit is in flight (the loop goes on reading).
+    func submitStagedIfIdle() {
+        guard !commits.inFlight, !staged.isEmpty else { return }
+        committing = staged
+        staged.removeAll(keepingCapacity: true)
+        commits.submit(stagedChanges)
+        stagedChanges.removeAll(keepingCapacity: true)
+    }
+
+    /// Waits for the commit in flight, finishes it, and hands over what is staged.
+    func waitForCommitThenSubmit() {
+        if let result = commits.waitForResult() { complete(result) }
+        submitStagedIfIdle()
+    }
+
+    /// Publishes and answers the in-flight batch if its commit has finished, then hands over
+    /// what was staged meanwhile.
+    func completeCommitIfReady() {
+        if let result = commits.takeResultIfReady() { complete(result) }
+        submitStagedIfIdle()
+    }
+
+    /// Commits everything staged and waits: afterwards the journal holds every write accepted so
+    /// far and the loop may use the journal itself.
     func flushWrites() {
-        guard !staged.isEmpty else { return }
-        defer {
+        if let result = commits.waitForResult() { complete(result) }
+        submitStagedIfIdle()
+        if let result = commits.waitForResult() { complete(result) }
+    }
+
+    /// Finishes the in-flight batch: on success publish then answer; on failure roll back it and
+    /// everything staged on top of it, and refuse them all with READ_ONLY.
+    private func complete(_ result: Result<Void, JournalError>) {
+        let batch = committing
+        committing.removeAll(keepingCapacity: true)
+        switch result {
+        case .success:
+            readOnlyReason = nil
+            counters.commits += 1
+            for write in batch {
+                publish(write)
+                if let writeID = write.writeID {
+                    remember(writeID: writeID, revision: write.changes[0].revision)
+                    pendingWriteIDs.remove(writeID)
+                }
+            }
+            for write in batch {
+                counters.writes += 1
+                guard let envelope = write.envelope else { continue }
+                send(body: WireEncoder.writeReply(id: write.requestID, revision: write.changes[0].revision,
+                                                  versions: write.changes.map(\.version)), to: envelope)
+            }
+        case .failure(let error):
+            let refused = batch + staged
+            for write in refused.reversed() { store.undo(write.undo) }
             staged.removeAll(keepingCapacity: true)
             stagedChanges.removeAll(keepingCapacity: true)
-            stagedWriteIDs.removeAll(keepingCapacity: true)
-        }
-        do {
-            try journal.append(stagedChanges)
-        } catch {
-            for write in staged.reversed() { store.undo(write.undo) }
+            pendingWriteIDs.removeAll(keepingCapacity: true)
             readOnlyReason = error.description
             readOnlyUntilMilliseconds = Journal.nowMilliseconds() + 1000
             logger.error("journal commit failed; refusing writes for 1 s", metadata: [
-                "error": "\(error)", "writes": "\(staged.count)"])
-            for write in staged {
-                guard let envelope = write.envelope else { continue }
+                "error": "\(error)", "writes": "\(refused.count)"])
+            for write in refused {
+                guard let envelope = write.envelope else {
+                    // An expiry: try again once the journal accepts writes.
+                    if let change = write.changes.first, let entry = write.undo.replaced.first?.entry {
+                        expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: entry.modRevision))
+                    }
+                    continue
+                }
                 reject(envelope, write.requestID, .readOnly, "the journal cannot be written (\(error)); nothing was changed")
             }
-            return
-        }
-        readOnlyReason = nil
-        counters.commits += 1
-        for write in staged {
-            publish(write)
-            if let writeID = write.writeID { remember(writeID: writeID, revision: write.changes[0].revision) }
-        }
-        for write in staged {
-            counters.writes += 1
-            guard let envelope = write.envelope else { continue }
-            send(body: WireEncoder.writeReply(id: write.requestID, revision: write.changes[0].revision,
-                                              versions: write.changes.map(\.version)), to: envelope)
         }
     }
 
@@ -308,7 +347,7 @@ extension BeaconServer {
             staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], values: [nil], undo: undo, writeID: nil))
             stagedChanges.append(change)
         }
-        flushWrites()
+        submitStagedIfIdle()
     }
 
     func compactByPolicy() {

@@ -24,8 +24,12 @@ public final class BeaconServer: @unchecked Sendable {
     var writeIDOrder: [[UInt8]] = []
     var writeIDOrderStart = 0
     var staged: [StagedWrite] = []
+    /// The batch the commit thread is writing.
+    var committing: [StagedWrite] = []
+    var commits: CommitThread!
     var stagedChanges: [JournalChange] = []
-    var stagedWriteIDs: Set<[UInt8]> = []
+    /// Write ids of writes staged or committing, not yet remembered as committed.
+    var pendingWriteIDs: Set<[UInt8]> = []
     var readOnlyUntilMilliseconds: UInt64 = 0
     var readOnlyReason: String?
     var counters = Counters()
@@ -94,6 +98,8 @@ public final class BeaconServer: @unchecked Sendable {
             throw error
         }
         instance = UInt64.random(in: 1...UInt64(Int64.max))
+        let wake = self.wake
+        commits = CommitThread(journal: journal) { wake.wake() }
         logger.info("beacond started", metadata: [
             "runtime.dir": "\(config.runtimeDirectory)", "journal.path": "\(config.journalPath)",
             "journal.epoch": "\(journal.epoch)", "journal.head": "\(journal.headRevision)",
@@ -209,6 +215,7 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
+            completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
             if poller.readyEvents(routerIndex).contains(.readable) { drainRequests() }
 
@@ -226,6 +233,7 @@ public final class BeaconServer: @unchecked Sendable {
         }
         // Requests already read are answered; then everything closes in order.
         flushWrites()
+        commits.stop()
         router.close()
         publisher.close()
         journal.close()
@@ -278,9 +286,14 @@ public final class BeaconServer: @unchecked Sendable {
             guard let frames else { break }
             count += 1
             handle(frames)
+            if staged.count >= configuration.maxBatch {
+                // Both buffers are full: let the commit in flight finish, then hand over this batch.
+                waitForCommitThenSubmit()
+            }
         }
-        flushWrites()
+        completeCommitIfReady()
     }
+
 
     // MARK: Write ids
 

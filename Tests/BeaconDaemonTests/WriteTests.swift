@@ -135,3 +135,26 @@ struct WriteTests {
         await restarted.stop()
     }
 }
+
+@Suite(.timeLimit(.minutes(1)))
+struct PipelineTests {
+    @Test func pipelinedWritesThroughATinyBatchAreAllAnsweredInOrder() async throws {
+        let daemon = try TestDaemon { $0.maxBatch = 4 }
+        let client = try daemon.client()
+        let count = 2_000
+        for i in 0..<count {
+            try client.send(.put(.with { $0.key = "k\(i % 7)"; $0.value = .int(Int64(i)) }))
+        }
+        var revisions: [UInt64] = []
+        while revisions.count < count, let reply = try client.receiveReply(timeoutMilliseconds: 5000) {
+            guard case .write(let write) = reply.result else { Issue.record("\(reply)"); break }
+            #expect(reply.id == UInt64(revisions.count + 1))
+            revisions.append(write.revision)
+        }
+        #expect(revisions == Array(1...UInt64(count)))
+        // The last value written to k6 is the largest i < count with i % 7 == 6.
+        let lastK6 = (0..<count).last { $0 % 7 == 6 }!
+        #expect(try client.get("k6").value.intValue == Int64(lastK6))
+        await daemon.stop()
+    }
+}
