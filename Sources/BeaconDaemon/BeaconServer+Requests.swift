@@ -10,6 +10,9 @@ extension BeaconServer {
         counters.requests += 1
         guard frames.count >= 2 else { return }  // a ROUTER always prepends the peer's id
         let envelope = Array(frames.dropLast())
+        if let put = frames[frames.count - 1].withUnsafeBytes({ FastPut.parse($0) }) {
+            return stageWrite(put, envelope: envelope)
+        }
         let request: Beacon_V1_Request
         do {
             request = try frames[frames.count - 1].withUnsafeBytes { buffer in

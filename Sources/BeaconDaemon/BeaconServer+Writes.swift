@@ -9,7 +9,6 @@ struct StagedWrite {
     var envelope: [ZMQMessage]?
     var requestID: UInt64
     var changes: [JournalChange]
-    var values: [Beacon_V1_Value?]
     var undo: SignalStore.Undo
     var writeID: [UInt8]?
 }
@@ -19,52 +18,117 @@ struct WriteRejection: Error {
     var error: Beacon_V1_Error
 }
 
+/// One operation of a write, with its value already encoded and checked for structure.
+struct WriteOp {
+    enum Action {
+        case put(encodedValue: [UInt8], createOnly: Bool, ttlMilliseconds: UInt64)
+        case delete
+    }
+
+    var key: String
+    var action: Action
+    var ifVersion: UInt64?
+    /// A problem with the value found while encoding it, reported with the operation's index.
+    var valueProblem: (code: Beacon_V1_Error.Code, message: String)?
+
+    init(key: String, action: Action, ifVersion: UInt64?) {
+        self.key = key
+        self.action = action
+        self.ifVersion = ifVersion
+    }
+
+    /// The operation a decoded put or delete asks for.
+    init?(_ op: Beacon_V1_TxnOp) {
+        switch op.op {
+        case .put(let put):
+            self.init(put)
+        case .delete(let delete):
+            self.init(key: delete.key, action: .delete, ifVersion: delete.hasIfVersion ? delete.ifVersion : nil)
+        case nil:
+            return nil
+        }
+    }
+
+    init(_ put: Beacon_V1_Put) {
+        var encoded: [UInt8] = []
+        var problem: (Beacon_V1_Error.Code, String)?
+        if let structural = put.value.structuralProblem() {
+            problem = (.invalidValue, structural.description)
+        } else if let bytes: [UInt8] = try? put.value.serializedBytes() {
+            encoded = bytes
+            if let size = Beacon_V1_Value.sizeProblem(encodedBytes: bytes.count) { problem = (.valueTooLarge, size.description) }
+        } else {
+            problem = (.invalidValue, "value cannot be encoded")
+        }
+        self.init(key: put.key, action: .put(encodedValue: encoded, createOnly: put.createOnly, ttlMilliseconds: put.ttlMs),
+                  ifVersion: put.hasIfVersion ? put.ifVersion : nil)
+        valueProblem = problem
+    }
+}
+
 extension BeaconServer {
+    /// Stages a write decoded by SwiftProtobuf.
     func stageWrite(_ request: Beacon_V1_Request, envelope: [ZMQMessage]) {
-        let writeID: [UInt8]
-        let ops: [Beacon_V1_TxnOp]
         switch request.op {
         case .put(let put):
-            writeID = Array(put.writeID)
-            ops = [.with { $0.put = put }]
+            stageWrite(id: request.id, [WriteOp(put)], writeID: Array(put.writeID), envelope: envelope)
         case .delete(let delete):
-            writeID = Array(delete.writeID)
-            ops = [.with { $0.delete = delete }]
+            stageWrite(id: request.id, [WriteOp(key: delete.key, action: .delete, ifVersion: delete.hasIfVersion ? delete.ifVersion : nil)],
+                       writeID: Array(delete.writeID), envelope: envelope)
         case .txn(let txn):
-            writeID = Array(txn.writeID)
-            ops = txn.ops
+            var ops: [WriteOp] = []
+            ops.reserveCapacity(txn.ops.count)
+            for (index, op) in txn.ops.enumerated() {
+                guard let converted = WriteOp(op) else {
+                    return reject(envelope, request.id, .unknownRequest, "operation \(index): sets neither put nor delete")
+                }
+                ops.append(converted)
+            }
+            stageWrite(id: request.id, ops, writeID: Array(txn.writeID), envelope: envelope)
         default:
             preconditionFailure("not a write")
         }
+    }
+
+    /// Stages a put parsed by the fast path.
+    func stageWrite(_ put: FastPut, envelope: [ZMQMessage]) {
+        var op = WriteOp(key: put.key, action: .put(encodedValue: put.encodedValue, createOnly: put.createOnly,
+                                                    ttlMilliseconds: put.ttlMilliseconds), ifVersion: put.ifVersion)
+        if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: put.encodedValue.count) {
+            op.valueProblem = (.valueTooLarge, problem.description)
+        }
+        stageWrite(id: put.id, [op], writeID: put.writeID, envelope: envelope)
+    }
+
+    private func stageWrite(id: UInt64, _ ops: [WriteOp], writeID: [UInt8], envelope: [ZMQMessage]) {
         if writeID.count > WireLimits.maxWriteIDBytes {
-            return reject(envelope, request.id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
+            return reject(envelope, id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
         if !writeID.isEmpty {
             // A retry of a write still staged or committing: answer it once that one is done.
             if pendingWriteIDs.contains(writeID) { flushWrites() }
             if let revision = writeIDs[writeID] {
-                return replayWrite(envelope, request.id, revision: revision)
+                return replayWrite(envelope, id, revision: revision)
             }
         }
         let now = Journal.nowMilliseconds()
         if readOnlyUntilMilliseconds > now {
-            return reject(envelope, request.id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
+            return reject(envelope, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
         }
         do {
-            let (changes, values) = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
+            let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
             let undo = store.apply(changes)
-            for (change, value) in zip(changes, values) where change.kind == .put && change.expiresAtMilliseconds > 0 {
-                _ = value
+            for change in changes where change.kind == .put && change.expiresAtMilliseconds > 0 {
                 expiries.insert(.init(atMilliseconds: change.expiresAtMilliseconds, key: change.key, modRevision: change.revision))
             }
-            staged.append(StagedWrite(envelope: envelope, requestID: request.id, changes: changes, values: values,
-                                      undo: undo, writeID: writeID.isEmpty ? nil : writeID))
+            staged.append(StagedWrite(envelope: envelope, requestID: id, changes: changes, undo: undo,
+                                      writeID: writeID.isEmpty ? nil : writeID))
             stagedChanges.append(contentsOf: changes)
             if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
         } catch {
             counters.rejected += 1
             var reply = Beacon_V1_Reply()
-            reply.id = request.id
+            reply.id = id
             var wireError = error.error
             wireError.headRevision = store.headRevision
             reply.error = wireError
@@ -74,7 +138,7 @@ extension BeaconServer {
 
     /// Checks every operation's key, value and precondition against the current state and
     /// builds the changes of one revision; nothing is applied.
-    func prepareChanges(_ ops: [Beacon_V1_TxnOp], revision: UInt64, now: UInt64, writeID: [UInt8]) throws(WriteRejection) -> ([JournalChange], [Beacon_V1_Value?]) {
+    func prepareChanges(_ ops: [WriteOp], revision: UInt64, now: UInt64, writeID: [UInt8]) throws(WriteRejection) -> [JournalChange] {
         func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "", index: Int, current: UInt64 = 0) -> WriteRejection {
             var error = Beacon_V1_Error()
             error.code = code
@@ -89,70 +153,51 @@ extension BeaconServer {
             throw failure(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)", index: 0)
         }
         var changes: [JournalChange] = []
-        var values: [Beacon_V1_Value?] = []
         changes.reserveCapacity(ops.count)
         // Later operations of a transaction see the effect of earlier ones on the same key.
         var pending: [String: SignalStore.Entry?] = [:]
         let isTransaction = ops.count > 1
         for (index, op) in ops.enumerated() {
             let part = UInt32(index)
-            switch op.op {
-            case .put(let put):
-                if let problem = KeyPath.problem(key: put.key) {
-                    throw failure(.invalidKey, problem.description, key: put.key, index: index)
+            let key = op.key
+            if let problem = KeyPath.problem(key: key) {
+                throw failure(.invalidKey, problem.description, key: key, index: index)
+            }
+            if let problem = op.valueProblem {
+                throw failure(problem.code, problem.message, key: key, index: index)
+            }
+            let current = pending[key] ?? store.live(key)
+            let version = current?.version ?? 0
+            if let expected = op.ifVersion, expected != version {
+                throw failure(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", key: key, index: index, current: version)
+            }
+            let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
+            switch op.action {
+            case .put(let encoded, let createOnly, let ttl):
+                if createOnly && current != nil {
+                    throw failure(.alreadyExists, "key '\(key)' already exists (version \(version))", key: key, index: index, current: version)
                 }
-                if let problem = put.value.structuralProblem() {
-                    throw failure(.invalidValue, problem.description, key: put.key, index: index)
-                }
-                let current = pending[put.key] ?? store.live(put.key)
-                let version = current?.version ?? 0
-                if put.createOnly && current != nil {
-                    throw failure(.alreadyExists, "key '\(put.key)' already exists (version \(version))", key: put.key, index: index, current: version)
-                }
-                if put.hasIfVersion && put.ifVersion != version {
-                    throw failure(.versionConflict, "key '\(put.key)' is at version \(version), not \(put.ifVersion)", key: put.key, index: index, current: version)
-                }
-                let encoded: [UInt8]
-                do { encoded = try put.value.serializedBytes() } catch {
-                    throw failure(.invalidValue, "value cannot be encoded: \(error)", key: put.key, index: index)
-                }
-                if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: encoded.count) {
-                    throw failure(.valueTooLarge, problem.description, key: put.key, index: index)
-                }
-                let expires = put.ttlMs > 0 ? now + put.ttlMs : 0
+                let expires = ttl > 0 ? now + ttl : 0
                 let change = JournalChange(
-                    revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: put.key, value: encoded,
+                    revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: key, value: encoded,
                     version: version + 1, createRevision: current?.createRevision ?? revision,
-                    expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: index == 0 && !writeID.isEmpty ? writeID : nil)
+                    expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: operationWriteID)
                 if isTransaction {
-                    pending[put.key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
-                                                               modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false))
+                    pending[key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
+                                                           modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false))
                 }
                 changes.append(change)
-                values.append(put.value)
-            case .delete(let delete):
-                if let problem = KeyPath.problem(key: delete.key) {
-                    throw failure(.invalidKey, problem.description, key: delete.key, index: index)
-                }
-                let current = pending[delete.key] ?? store.live(delete.key)
-                let version = current?.version ?? 0
-                if delete.hasIfVersion && delete.ifVersion != version {
-                    throw failure(.versionConflict, "key '\(delete.key)' is at version \(version), not \(delete.ifVersion)", key: delete.key, index: index, current: version)
-                }
+            case .delete:
                 guard current != nil else {
-                    throw failure(.notFound, "key '\(delete.key)' does not exist", key: delete.key, index: index)
+                    throw failure(.notFound, "key '\(key)' does not exist", key: key, index: index)
                 }
-                if isTransaction { pending[delete.key] = .some(nil) }
+                if isTransaction { pending[key] = .some(nil) }
                 changes.append(JournalChange(
-                    revision: revision, part: part, parts: UInt32(ops.count), kind: .delete, key: delete.key,
-                    version: 0, createRevision: 0, timestampMilliseconds: now,
-                    writeID: index == 0 && !writeID.isEmpty ? writeID : nil))
-                values.append(nil)
-            case nil:
-                throw failure(.unknownRequest, "transaction operation sets neither put nor delete", index: index)
+                    revision: revision, part: part, parts: UInt32(ops.count), kind: .delete, key: key,
+                    version: 0, createRevision: 0, timestampMilliseconds: now, writeID: operationWriteID))
             }
         }
-        return (changes, values)
+        return changes
     }
 
     /// Starts committing what is staged if no commit is in flight (the loop goes on reading).
@@ -196,6 +241,7 @@ extension BeaconServer {
             counters.commits += 1
             for write in batch {
                 publish(write)
+                publishedRevision = write.changes[0].revision
                 if let writeID = write.writeID {
                     remember(writeID: writeID, revision: write.changes[0].revision)
                     pendingWriteIDs.remove(writeID)
@@ -324,7 +370,8 @@ extension BeaconServer {
         var heartbeat = Beacon_V1_Heartbeat()
         heartbeat.epoch = journal.epoch
         heartbeat.instance = instance
-        heartbeat.headRevision = store.headRevision
+        // Only what subscribers could have received: a heartbeat is a bookmark (PROTOCOL.md §6).
+        heartbeat.headRevision = publishedRevision
         heartbeat.compactedRevision = journal.compactedRevision
         heartbeat.intervalMs = configuration.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = now
@@ -344,7 +391,7 @@ extension BeaconServer {
             let change = JournalChange(revision: store.headRevision + 1, kind: .expire, key: next.key,
                                        version: 0, createRevision: 0, timestampMilliseconds: now)
             let undo = store.apply([change])
-            staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], values: [nil], undo: undo, writeID: nil))
+            staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
             stagedChanges.append(change)
         }
         submitStagedIfIdle()

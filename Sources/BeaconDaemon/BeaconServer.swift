@@ -34,6 +34,9 @@ public final class BeaconServer: @unchecked Sendable {
     var readOnlyReason: String?
     var counters = Counters()
     var instance: UInt64 = 0
+    /// The last revision whose diffs were published (behind the store's head while writes are
+    /// staged or committing).
+    var publishedRevision: UInt64 = 0
     let startedAt = Date()
 
     private var context: ZMQContext?
@@ -153,6 +156,7 @@ public final class BeaconServer: @unchecked Sendable {
     private func loadState() throws(DaemonError) {
         do {
             store = SignalStore(loading: try journal.loadState(), headRevision: journal.headRevision)
+            publishedRevision = journal.headRevision
             for (writeID, revision) in try journal.recentWriteIDs(revisions: UInt64(Self.writeIDMemory)) {
                 remember(writeID: writeID, revision: revision)
             }
@@ -257,6 +261,9 @@ public final class BeaconServer: @unchecked Sendable {
                   !prefix.hasPrefix(WireTopic.controlPrefix), KeyPath.problem(prefix: prefix) == nil
             else { continue }
             if kind == 1 {
+                // A prefix's last revision must count only published writes: commit and publish
+                // what is pending before computing it.
+                if !tracker.isTracked(prefix) { flushWrites() }
                 tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
                 logger.debug("prefix subscribed", metadata: ["prefix": "\(prefix)"])
             } else {

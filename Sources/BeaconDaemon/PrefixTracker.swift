@@ -16,6 +16,9 @@ struct PrefixTracker {
 
     private(set) var tracked: [String: Tracked] = [:]
 
+    /// Whether `prefix` is sequenced.
+    func isTracked(_ prefix: String) -> Bool { tracked[prefix] != nil }
+
     /// Whether no prefix is sequenced (then diffs carry no marks).
     var isEmpty: Bool { tracked.isEmpty }
 

@@ -22,6 +22,11 @@ struct BadInputTests {
         let unknown = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
         #expect(unknown.id == 7 && unknown.error.code == .unknownRequest)
 
+        // A put whose string value is not UTF-8 (hand-encoded: no Swift string can hold it).
+        try client.send(rawBody: [0x08, 0x09, 0x6A, 0x0A, 0x0A, 0x02, 0x6F, 0x6B, 0x12, 0x04, 0x2A, 0x02, 0xC3, 0x28])
+        let badUTF8 = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        #expect(badUTF8.error.code == .malformed)
+
         expectRejection(.invalidKey) { _ = try client.put("bad key", .int(1)) }
         expectRejection(.invalidKey) { _ = try client.put("", .int(1)) }
         expectRejection(.invalidKey) { _ = try client.get("x..y") }

@@ -1,0 +1,133 @@
+/// Parses the most common request — one `Put` of a scalar value — straight from its bytes,
+/// keeping the value's encoding as it came (it is already the canonical `Value` bytes).
+///
+/// Anything unusual (another operation, a list or map value, unknown or repeated fields,
+/// invalid UTF-8) returns `nil`, and the caller decodes with SwiftProtobuf as usual.
+public struct FastPut {
+    public var id: UInt64 = 0
+    public var key: String = ""
+    /// The encoded `beacon.v1.Value`: exactly one scalar field.
+    public var encodedValue: [UInt8] = []
+    public var ifVersion: UInt64?
+    public var createOnly = false
+    public var ttlMilliseconds: UInt64 = 0
+    public var writeID: [UInt8] = []
+
+    /// Parses `bytes` as a `Request` holding a scalar `Put`, or returns `nil`.
+    public static func parse(_ bytes: UnsafeRawBufferPointer) -> FastPut? {
+        var reader = Reader(bytes: bytes, index: 0, end: bytes.count)
+        var result = FastPut()
+        var sawPut = false
+        while !reader.atEnd {
+            guard let (field, wire) = reader.tag() else { return nil }
+            switch (field, wire) {
+            case (1, 0):
+                guard let id = reader.varint() else { return nil }
+                result.id = id
+            case (13, 2):
+                guard !sawPut, let (start, end) = reader.lengthDelimited(),
+                      parsePut(bytes, start, end, into: &result) else { return nil }
+                sawPut = true
+            default:
+                return nil
+            }
+        }
+        return sawPut ? result : nil
+    }
+
+    private static func parsePut(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int, into result: inout FastPut) -> Bool {
+        var reader = Reader(bytes: bytes, index: start, end: end)
+        var sawValue = false
+        var seen: UInt8 = 0
+        while !reader.atEnd {
+            guard let (field, wire) = reader.tag(), field < 8 else { return false }
+            let bit = UInt8(1) << UInt8(field)
+            guard seen & bit == 0 else { return false }  // repeated fields: let SwiftProtobuf decide
+            seen |= bit
+            switch (field, wire) {
+            case (1, 2):
+                guard let (s, e) = reader.lengthDelimited(),
+                      let key = String(validating: UnsafeRawBufferPointer(rebasing: bytes[s..<e]), as: UTF8.self) else { return false }
+                result.key = key
+            case (2, 2):
+                guard let (s, e) = reader.lengthDelimited(), isScalarValue(bytes, s, e) else { return false }
+                result.encodedValue = Array(bytes[s..<e])
+                sawValue = true
+            case (3, 0):
+                guard let version = reader.varint() else { return false }
+                result.ifVersion = version
+            case (4, 0):
+                guard let flag = reader.varint() else { return false }
+                result.createOnly = flag != 0
+            case (5, 0):
+                guard let ttl = reader.varint() else { return false }
+                result.ttlMilliseconds = ttl
+            case (6, 2):
+                guard let (s, e) = reader.lengthDelimited() else { return false }
+                result.writeID = Array(bytes[s..<e])
+            default:
+                return false
+            }
+        }
+        return sawValue
+    }
+
+    /// Whether `bytes[start..<end]` is a `Value` with exactly one scalar field set.
+    private static func isScalarValue(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Bool {
+        var reader = Reader(bytes: bytes, index: start, end: end)
+        guard let (field, wire) = reader.tag() else { return false }
+        switch (field, wire) {
+        case (1, 0), (2, 0), (3, 0):
+            guard reader.varint() != nil else { return false }
+        case (4, 1):
+            guard reader.skip(8) else { return false }
+        case (5, 2):
+            guard let (s, e) = reader.lengthDelimited(),
+                  String(validating: UnsafeRawBufferPointer(rebasing: bytes[s..<e]), as: UTF8.self) != nil else { return false }
+        case (6, 2):
+            guard reader.lengthDelimited() != nil else { return false }
+        default:
+            return false
+        }
+        return reader.atEnd
+    }
+
+    private struct Reader {
+        let bytes: UnsafeRawBufferPointer
+        var index: Int
+        let end: Int
+
+        var atEnd: Bool { index >= end }
+
+        mutating func varint() -> UInt64? {
+            var value: UInt64 = 0
+            var shift: UInt64 = 0
+            while index < end && shift < 64 {
+                let byte = bytes[index]
+                index += 1
+                value |= UInt64(byte & 0x7F) << shift
+                if byte & 0x80 == 0 { return value }
+                shift += 7
+            }
+            return nil
+        }
+
+        mutating func tag() -> (UInt64, UInt8)? {
+            guard let tag = varint(), tag >> 3 != 0 else { return nil }
+            return (tag >> 3, UInt8(tag & 7))
+        }
+
+        mutating func lengthDelimited() -> (Int, Int)? {
+            guard let length = varint(), length <= UInt64(end - index) else { return nil }
+            let start = index
+            index += Int(length)
+            return (start, index)
+        }
+
+        mutating func skip(_ count: Int) -> Bool {
+            guard end - index >= count else { return false }
+            index += count
+            return true
+        }
+    }
+}
