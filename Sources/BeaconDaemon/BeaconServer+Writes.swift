@@ -239,6 +239,9 @@ extension BeaconServer {
         case .success:
             readOnlyReason = nil
             counters.commits += 1
+            // Keep the commit thread busy: the next batch commits while this one is published
+            // and answered (it is published only after this one, when its own commit completes).
+            submitStagedIfIdle()
             for write in batch {
                 publish(write)
                 publishedRevision = write.changes[0].revision
