@@ -201,6 +201,7 @@ public final class BeaconServer: @unchecked Sendable {
     // MARK: Loop
 
     private func loop() {
+        Thread.current.name = "beacond-loop"
         let poller = ZMQPoller()
         let routerIndex = poller.add(router)
         let publisherIndex = poller.add(publisher)

@@ -130,17 +130,57 @@ final class DaemonUnderTest {
     }
 }
 
+/// Writes at a steady rate from its own thread and connection until stopped ("moderate load").
+final class PacedWriter: @unchecked Sendable {
+    private let stopFlag = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private let acknowledged = Atomic<Int>(0)
+
+    init(runtimeDirectory: String, writesPerSecond: Int, encodedValue: [UInt8]) {
+        Thread.detachNewThread { [self] in
+            defer { finished.signal() }
+            guard let context = try? ZMQContext(), let dealer = try? ZMQSocket(context, type: .dealer),
+                  (try? dealer.connect(WireEndpoint.request(inRuntimeDirectory: runtimeDirectory))) != nil else { return }
+            let perTick = max(writesPerSecond / 1000, 1)
+            let reply = ZMQMessage()
+            var id: UInt64 = 0
+            var next = now()
+            while !stopFlag.load(ordering: .relaxed) {
+                for _ in 0..<perTick {
+                    id += 1
+                    _ = try? dealer.send(WireEncoder.putRequest(id: id, key: "bench.load.\(id % 1000)", encodedValue: encodedValue))
+                }
+                next += 1_000_000
+                while now() < next {
+                    while (try? dealer.receive(into: reply, flags: .dontWait)) == true {
+                        acknowledged.wrappingAdd(1, ordering: .relaxed)
+                    }
+                    usleep(100)
+                }
+            }
+        }
+    }
+
+    /// Stops writing; returns the writes acknowledged.
+    func stop() -> Int {
+        stopFlag.store(true, ordering: .relaxed)
+        finished.wait()
+        return acknowledged.load(ordering: .relaxed)
+    }
+}
+
 struct DaemonBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "daemon", abstract: "beacond's journaled write rate and write-to-subscriber latency vs raw libzmq.")
 
     @Option(help: "Writes per throughput run.") var writes = 200_000
-    @Option(help: "Requests in flight for the pipelined run.") var window = 2_000
+    @Option(help: "Requests in flight for the pipelined run.") var window = 20_000
     @Option(help: "Distinct keys written.") var keys = 1_000
     @Option(help: "Latency samples.") var samples = 5_000
     @Option(help: "Repetitions; medians and spread are printed.") var runs = 3
     @Option(help: "Journal durability: normal or full.") var durability = "normal"
-    @Option(help: "beacond --max-batch: requests per group commit.") var maxBatch = 4096
+    @Option(help: "beacond --max-batch: requests per group commit.") var maxBatch = 2048
+    @Option(help: "Background writes per second while latency is measured under load.") var loadRate = 50_000
 
     func run() throws {
         let directory = temporaryDirectory()
@@ -153,6 +193,9 @@ struct DaemonBench: ParsableCommand {
         var serialRates: [Double] = []
         var p50s: [Double] = []
         var p99s: [Double] = []
+        var loadedP50s: [Double] = []
+        var loadedP99s: [Double] = []
+        var loadRates: [Double] = []
         for run in 0..<runs {
             rawRates.append(try RawZMQ.pubSubRate(messages: 1_000_000, directory: directory))
             rawLatency.append(median(try RawZMQ.oneWayLatencies(samples: samples, directory: directory)))
@@ -164,6 +207,15 @@ struct DaemonBench: ParsableCommand {
             let latencies = try writeToSubscriberLatencies(daemon).sorted()
             p50s.append(percentile(latencies, 0.5))
             p99s.append(percentile(latencies, 0.99))
+            let load = PacedWriter(runtimeDirectory: daemon.runtimeDirectory, writesPerSecond: loadRate,
+                                   encodedValue: try value(1).serializedBytes())
+            usleep(200_000)
+            let started = now()
+            let loaded = try writeToSubscriberLatencies(daemon).sorted()
+            let background = load.stop()
+            loadRates.append(Double(background) / (Double(now() - started) / 1e9 + 0.2))
+            loadedP50s.append(percentile(loaded, 0.5))
+            loadedP99s.append(percentile(loaded, 0.99))
         }
         func spread(_ values: [Double], _ show: (Double) -> String) -> String {
             "\(show(median(values))) [\(show(values.min()!))–\(show(values.max()!))]"
@@ -179,6 +231,8 @@ struct DaemonBench: ParsableCommand {
         print("| beacond writes/s, one at a time | \(spread(serialRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(serialRates) / rawRate)) |")
         print("| write request → diff at subscriber, p50 | \(spread(p50s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p50s) / rawOneWay)) one-way |")
         print("| write request → diff at subscriber, p99 | \(spread(p99s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p99s) / rawOneWay)) one-way |")
+        print("| same under \(format(median(loadRates)))/s background writes, p50 | \(spread(loadedP50s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(loadedP50s) / rawOneWay)) one-way |")
+        print("| same under \(format(median(loadRates)))/s background writes, p99 | \(spread(loadedP99s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(loadedP99s) / rawOneWay)) one-way |")
     }
 
     private func value(_ i: Int) -> Beacon_V1_Value {

@@ -33,6 +33,7 @@ final class CommitThread: @unchecked Sendable {
     }
 
     private func run() {
+        Thread.current.name = "beacond-commit"
         defer { finished.signal() }
         while true {
             work.wait()
