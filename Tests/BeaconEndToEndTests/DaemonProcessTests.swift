@@ -106,7 +106,7 @@ struct DaemonProcessTests {
     }
 
     @Test(.enabled(if: canMountTmpfs, "needs root and mount rights for a small tmpfs"))
-    func aFullDiskRefusesWritesButKeepsServingReads() throws {
+    func aFullDiskRefusesWritesButKeepsServingReads() async throws {
         let dir = try temporaryDirectory()
         let state = dir + "/state"
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
@@ -128,6 +128,27 @@ struct DaemonProcessTests {
         let head = stats.headRevision
         // The refused write changed nothing, and the journal matches what was acknowledged.
         #expect(try client.history("", from: 0).events.last?.revision == head)
+
+        // A pipelined batch (committed on the commit thread) fails whole and is refused whole.
+        try await Task.sleep(for: .milliseconds(1100))  // past the read-only back-off
+        let pipeliner = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let medium = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 9, count: 100_000) }
+        for i in 0..<60 { try pipeliner.send(.put(.with { $0.key = "batch\(i)"; $0.value = medium })) }
+        var committed: [UInt64] = []
+        var refused = 0
+        for _ in 0..<60 {
+            let reply = try #require(try pipeliner.receiveReply(timeoutMilliseconds: 5000))
+            switch reply.result {
+            case .write(let write): committed.append(write.revision)
+            case .error(let error): #expect(error.code == .readOnly, "\(error)"); refused += 1
+            default: Issue.record("unexpected \(reply)")
+            }
+        }
+        #expect(refused > 0)
+        // What was acknowledged is exactly what the head advanced by; refused writes left no trace.
+        #expect(committed == (0..<UInt64(committed.count)).map { head + 1 + $0 })
+        #expect(try client.stats().headRevision == head + UInt64(committed.count))
+        #expect(try client.get("small").value.stringValue == "kept")
         #expect(daemon.stop() == 0)
     }
 }
