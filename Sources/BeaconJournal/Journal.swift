@@ -35,6 +35,16 @@ public final class Journal {
     /// - Throws: ``JournalError`` when the file is locked, damaged, unwritable or too new.
     public init(path: String, durability: Durability = .normal) throws(JournalError) {
         self.path = path
+        // Say plainly when the file or its directory cannot be written (SQLite would report a
+        // generic I/O error once it tries to create the write-ahead log).
+        // SQLite writes the file and creates its write-ahead log beside it.
+        let directory = (path as NSString).deletingLastPathComponent
+        for target in [directory.isEmpty ? "." : directory, path] where FileManager.default.fileExists(atPath: target) {
+            if access(target, W_OK) != 0 {
+                let reason = String(cString: strerror(errno))
+                throw JournalError(code: .readOnly, message: "\(target) is not writable: \(reason)")
+            }
+        }
         do {
             database = try SQLiteDatabase(path: path)
         } catch {

@@ -66,6 +66,25 @@ struct BadInputTests {
         await daemon.stop()
     }
 
+    @Test func theExampleConfigurationParsesAndStatesTheDefaults() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../deploy/beacond.conf").standardized.path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        // Every setting, uncommented.
+        let setting = /^# [a-z_]+ = \S+$/
+        let enabled = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.wholeMatch(of: setting) != nil ? String(line.dropFirst(2)) : String(line)
+        }.joined(separator: "\n")
+        var configuration = DaemonConfiguration(runtimeDirectory: "/run/beacon", stateDirectory: "/var/lib/beacon")
+        let defaults = configuration
+        try configuration.apply(fileContents: enabled, path: path)
+        #expect(configuration.extraRequestEndpoints == ["tcp://127.0.0.1:7401"])
+        #expect(configuration.extraPublishEndpoints == ["tcp://127.0.0.1:7402"])
+        configuration.extraRequestEndpoints = []
+        configuration.extraPublishEndpoints = []
+        #expect(configuration == defaults, "the example's values are the embedded defaults")
+    }
+
     @Test func configurationFileErrorsNameTheLine() throws {
         var configuration = DaemonConfiguration(runtimeDirectory: "/r", stateDirectory: "/s")
         try configuration.apply(fileContents: "# comment\nheartbeat_ms = 250\ndurability = full  # fsync\nretention_revisions = 0\n", path: "b.conf")

@@ -106,6 +106,22 @@ struct DaemonProcessTests {
     }
 
     @Test(.enabled(if: canMountTmpfs, "needs root and mount rights for a small tmpfs"))
+    func aReadOnlyJournalStopsStartUpWithAClearMessage() async throws {
+        let dir = try temporaryDirectory()
+        let state = dir + "/state"
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try #require(runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", state]) == 0)
+        defer { runTool("/bin/umount", ["-l", state]) }
+        let first = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: state)
+        _ = try WireClient(runtimeDirectory: first.runtimeDirectory).put("k", .with { $0.intValue = 1 })
+        #expect(first.stop() == 0)
+        try #require(runTool("/bin/mount", ["-o", "remount,ro", state]) == 0)
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: state, waitUntilReady: false)
+        #expect(daemon.exitStatus() == 74)
+        #expect(daemon.stderr.contains("journal read-only"), "\(daemon.stderr)")
+    }
+
+    @Test(.enabled(if: canMountTmpfs, "needs root and mount rights for a small tmpfs"))
     func aFullDiskRefusesWritesButKeepsServingReads() async throws {
         let dir = try temporaryDirectory()
         let state = dir + "/state"
