@@ -48,8 +48,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public static func defaultRuntimeDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         if let dir = environment["BEACON_RUNTIME_DIR"], !dir.isEmpty { return dir }
         if let dir = environment["RUNTIME_DIRECTORY"], !dir.isEmpty { return firstPath(dir) }
-        if let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty { return dir + "/beacon" }
-        return "/tmp/beacon-\(getuid())"
+        return WireEndpoint.userRuntimeDirectory(environment: environment, uid: getuid())
     }
 
     /// The default state directory: `$BEACON_STATE_DIR`, systemd's `$STATE_DIRECTORY`,

@@ -28,8 +28,31 @@ public enum WireTopic {
     public static let commit = "!c"
 }
 
-/// File names of the daemon's ipc sockets inside its runtime directory.
+/// File names of the daemon's ipc sockets inside its runtime directory, and how clients and the
+/// daemon agree on that directory.
 public enum WireEndpoint {
+    /// The runtime directory of a daemon run by systemd (`RuntimeDirectory=beacon`).
+    public static let systemRuntimeDirectory = "/run/beacon"
+
+    /// The per-user runtime directory: `$XDG_RUNTIME_DIR/beacon`, else `/tmp/beacon-UID`.
+    public static func userRuntimeDirectory(environment: [String: String], uid: UInt32) -> String {
+        if let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty { return dir + "/beacon" }
+        return "/tmp/beacon-\(uid)"
+    }
+
+    /// Where a client looks for the daemon: `$BEACON_RUNTIME_DIR`; else the per-user directory
+    /// or `/run/beacon`, whichever holds a request socket (per-user first); else the per-user one.
+    /// - Parameter socketExists: tells whether a socket file exists at a path.
+    public static func clientRuntimeDirectory(environment: [String: String], uid: UInt32,
+                                              socketExists: (String) -> Bool) -> String {
+        if let dir = environment["BEACON_RUNTIME_DIR"], !dir.isEmpty { return dir }
+        let user = userRuntimeDirectory(environment: environment, uid: uid)
+        for candidate in [user, systemRuntimeDirectory] where socketExists(candidate + "/" + requestSocketName) {
+            return candidate
+        }
+        return user
+    }
+
     /// The request socket's file name.
     public static let requestSocketName = "beacon.req"
     /// The publish socket's file name.

@@ -20,7 +20,8 @@ struct Beacon: ParsableCommand {
         abstract: "Read, write and watch Beacon signals from a shell.",
         discussion: """
             Finds the daemon like every Beacon client: --endpoint/--pub-endpoint, else \
-            --runtime-dir, else $BEACON_RUNTIME_DIR, $XDG_RUNTIME_DIR/beacon or /tmp/beacon-UID.
+            --runtime-dir, else $BEACON_RUNTIME_DIR, else the first of $XDG_RUNTIME_DIR/beacon \
+            (or /tmp/beacon-UID) and /run/beacon (systemd) that holds the daemon's socket.
 
             Exit codes: 0 ok; 1 key not found; 3 version conflict or key exists; 64 usage; \
             65 invalid key or value; 69 daemon unreachable; 70 other daemon error.
@@ -47,10 +48,9 @@ struct Connection: ParsableArguments {
 
     var runtimeDirectory: String {
         if let runtimeDir { return runtimeDir }
-        let environment = ProcessInfo.processInfo.environment
-        if let dir = environment["BEACON_RUNTIME_DIR"], !dir.isEmpty { return dir }
-        if let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty { return dir + "/beacon" }
-        return "/tmp/beacon-\(getuid())"
+        return WireEndpoint.clientRuntimeDirectory(environment: ProcessInfo.processInfo.environment, uid: getuid()) {
+            FileManager.default.fileExists(atPath: $0)
+        }
     }
 
     func client() throws -> WireClient {

@@ -60,3 +60,14 @@ struct ValueTests {
         #expect(map.jsonText == #"{"a":{"c":null},"b":[1,false,"s"]}"#)
     }
 }
+
+struct DiscoveryTests {
+    @Test func clientsFindTheUserDaemonThenTheSystemOne() {
+        let env = ["XDG_RUNTIME_DIR": "/run/user/1000"]
+        #expect(WireEndpoint.clientRuntimeDirectory(environment: env, uid: 1000) { _ in false } == "/run/user/1000/beacon")
+        #expect(WireEndpoint.clientRuntimeDirectory(environment: env, uid: 1000) { $0 == "/run/beacon/beacon.req" } == "/run/beacon")
+        #expect(WireEndpoint.clientRuntimeDirectory(environment: env, uid: 1000) { _ in true } == "/run/user/1000/beacon")
+        #expect(WireEndpoint.clientRuntimeDirectory(environment: [:], uid: 7) { _ in false } == "/tmp/beacon-7")
+        #expect(WireEndpoint.clientRuntimeDirectory(environment: ["BEACON_RUNTIME_DIR": "/x"], uid: 7) { _ in true } == "/x")
+    }
+}
