@@ -1,7 +1,8 @@
 import ServiceLifecycle
 
-/// Runs a ``BeaconServer`` as a swift-service-lifecycle `Service`: started by `run()`, stopped
-/// cleanly (pending writes committed and answered, journal closed) on graceful shutdown.
+/// Runs a ``BeaconServer`` as a swift-service-lifecycle `Service`: started by `run()` unless it
+/// was started already (so a caller can report start-up failures first), stopped cleanly
+/// (pending writes committed and answered, journal closed) on graceful shutdown.
 public struct BeaconDaemonService: Service {
     /// The server this service runs.
     public let server: BeaconServer
@@ -14,7 +15,7 @@ public struct BeaconDaemonService: Service {
     /// Starts the server and returns once it has stopped after a graceful shutdown.
     /// - Throws: ``DaemonError`` when the server cannot start.
     public func run() async throws {
-        try server.start()
+        if !server.isStarted { try server.start() }
         await withGracefulShutdownHandler {
             await server.waitUntilStopped()
         } onGracefulShutdown: {

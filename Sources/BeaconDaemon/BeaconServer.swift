@@ -115,6 +115,9 @@ public final class BeaconServer: @unchecked Sendable {
         thread.start()
     }
 
+    /// Whether ``start()`` has succeeded (the loop is running or has run).
+    public var isStarted: Bool { thread != nil }
+
     /// Asks the loop to finish: pending writes are committed and answered, sockets and journal
     /// closed. Safe from any thread; returns at once.
     public func requestStop() {

@@ -262,11 +262,10 @@ public final class Journal {
             let filter: String
             if exact {
                 filter = "key = ?3"
-            } else if let upper = Journal.upperBound(prefix) {
+            } else if Journal.upperBound(prefix) != nil {
                 filter = "key >= ?3 AND key < ?4"
-                _ = upper
             } else {
-                filter = "?3 = ?3"
+                filter = "?3 = ?3"  // every key; keeps ?3 bound like the other forms
             }
             let statement = try database.prepare("""
                 SELECT revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id

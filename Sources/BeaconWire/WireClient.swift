@@ -23,6 +23,7 @@ public final class WireClient {
     private let context: ZMQContext
     private let dealer: ZMQSocket
     private var subscriber: ZMQSocket?
+    private let subscriberPoller = ZMQPoller()
     private var nextID: UInt64 = 1
     private let requestPoller = ZMQPoller()
 
@@ -209,6 +210,7 @@ public final class WireClient {
                 try socket.connect(publishEndpoint)
                 try socket.subscribe(Array(WireTopic.controlPrefix.utf8))
                 subscriber = socket
+                subscriberPoller.add(socket)
             }
             try subscriber!.subscribe(Array(prefix.utf8))
         } catch {
@@ -222,9 +224,7 @@ public final class WireClient {
         do {
             var frames = try subscriber.receiveMessage(flags: .dontWait)
             if frames == nil {
-                let poller = ZMQPoller()
-                poller.add(subscriber)
-                guard try poller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
+                guard try subscriberPoller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
                 frames = try subscriber.receiveMessage(flags: .dontWait)
             }
             guard let frames, frames.count == 2 else { return nil }

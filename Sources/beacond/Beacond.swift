@@ -103,7 +103,7 @@ struct Beacond: AsyncParsableCommand {
             Self.fail("beacond: \(error.message)", code: code)
         }
         let group = ServiceGroup(configuration: .init(
-            services: [.init(service: RunningServer(server: server))],
+            services: [.init(service: BeaconDaemonService(server: server))],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger))
         try await group.run()
@@ -112,17 +112,5 @@ struct Beacond: AsyncParsableCommand {
     static func fail(_ message: String, code: Int32) -> Never {
         FileHandle.standardError.write(Data((message + "\n").utf8))
         Foundation.exit(code)
-    }
-}
-
-/// The already-started server as a service: waits for it, stops it on graceful shutdown.
-struct RunningServer: Service {
-    let server: BeaconServer
-    func run() async {
-        await withGracefulShutdownHandler {
-            await server.waitUntilStopped()
-        } onGracefulShutdown: {
-            server.requestStop()
-        }
     }
 }

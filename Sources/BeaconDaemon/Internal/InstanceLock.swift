@@ -19,7 +19,8 @@ final class InstanceLock {
             let count = pread(fd, &buffer, buffer.count, 0)
             let holder = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             close(fd)
-            throw DaemonError(.alreadyRunning, "another beacond (pid \(holder.isEmpty ? "?" : holder)) is running on \(path.split(separator: "/").dropLast().joined(separator: "/").isEmpty ? path : "/" + path.split(separator: "/").dropLast().joined(separator: "/"))")
+            let directory = (path as NSString).deletingLastPathComponent
+            throw DaemonError(.alreadyRunning, "another beacond (pid \(holder.isEmpty ? "?" : holder)) is running on \(directory)")
         }
         let pid = "\(getpid())\n"
         ftruncate(fd, 0)
