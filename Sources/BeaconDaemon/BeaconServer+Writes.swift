@@ -43,10 +43,14 @@ struct WriteOp {
         case .put(let put):
             self.init(put)
         case .delete(let delete):
-            self.init(key: delete.key, action: .delete, ifVersion: delete.hasIfVersion ? delete.ifVersion : nil)
+            self.init(delete)
         case nil:
             return nil
         }
+    }
+
+    init(_ delete: Beacon_V1_Delete) {
+        self.init(key: delete.key, action: .delete, ifVersion: delete.hasIfVersion ? delete.ifVersion : nil)
     }
 
     init(_ put: Beacon_V1_Put) {
@@ -73,8 +77,7 @@ extension BeaconServer {
         case .put(let put):
             stageWrite(id: request.id, [WriteOp(put)], writeID: Array(put.writeID), envelope: envelope)
         case .delete(let delete):
-            stageWrite(id: request.id, [WriteOp(key: delete.key, action: .delete, ifVersion: delete.hasIfVersion ? delete.ifVersion : nil)],
-                       writeID: Array(delete.writeID), envelope: envelope)
+            stageWrite(id: request.id, [WriteOp(delete)], writeID: Array(delete.writeID), envelope: envelope)
         case .txn(let txn):
             var ops: [WriteOp] = []
             ops.reserveCapacity(txn.ops.count)
@@ -356,8 +359,8 @@ extension BeaconServer {
         }
     }
 
-    /// A journaled change as a wire event; `value` saves decoding when the caller has it.
-    static func event(_ change: JournalChange, value: Beacon_V1_Value? = nil) -> Beacon_V1_Event {
+    /// A journaled change as a wire event.
+    static func event(_ change: JournalChange) -> Beacon_V1_Event {
         var event = Beacon_V1_Event()
         event.revision = change.revision
         event.part = change.part
@@ -370,7 +373,7 @@ extension BeaconServer {
         switch change.kind {
         case .put:
             event.change.kind = .put
-            event.change.value = value ?? (try? Beacon_V1_Value(serializedBytes: change.value)) ?? Beacon_V1_Value()
+            event.change.value = (try? Beacon_V1_Value(serializedBytes: change.value)) ?? Beacon_V1_Value()
         case .delete:
             event.change.kind = .delete
         case .expire:
