@@ -22,6 +22,11 @@ public final class Journal {
     private let database: SQLiteDatabase
     private var insertChange: SQLiteStatement!
     private var upsertState: SQLiteStatement!
+    private var saveStateRevision: SQLiteStatement!
+    /// The state table reflects every change up to this revision; later ones are in the log only.
+    public private(set) var stateRevision: UInt64 = 0
+    /// Revisions the state table may lag behind the log before ``append(_:)`` brings it up to date.
+    public var stateCheckpointInterval: UInt64 = 8192
     private var begin: SQLiteStatement!
     private var commitStatement: SQLiteStatement!
     private var rollbackStatement: SQLiteStatement!
@@ -84,8 +89,12 @@ public final class Journal {
 
     /// Closes the file; further calls fail. Idempotent.
     public func close() {
+        if database.handle != nil, upsertState != nil {
+            try? checkpointState()
+        }
         insertChange = nil
         upsertState = nil
+        saveStateRevision = nil
         begin = nil
         commitStatement = nil
         rollbackStatement = nil
@@ -159,13 +168,19 @@ public final class Journal {
             INSERT INTO changes(revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
             """)
+        // The latest change of every key changed after ?1 (ties within a revision by part).
         upsertState = try database.prepare("""
             INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            SELECT key, value, version, create_revision, revision, expires_at, kind != 0 FROM (
+              SELECT key, value, version, create_revision, revision, expires_at, kind, max(revision * 2048 + part)
+              FROM changes WHERE revision > ?1 GROUP BY key)
+            WHERE true
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version,
               create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
               expires_at = excluded.expires_at, deleted = excluded.deleted
             """)
+        saveStateRevision = try database.prepare(
+            "INSERT INTO meta(name, value) VALUES ('state_revision', ?1) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
         begin = try database.prepare("BEGIN IMMEDIATE")
         commitStatement = try database.prepare("COMMIT")
         rollbackStatement = try database.prepare("ROLLBACK")
@@ -174,6 +189,7 @@ public final class Journal {
     private func loadMeta() throws(SQLiteError) {
         epoch = UInt64(bitPattern: try database.scalarInt("SELECT value FROM meta WHERE name = 'epoch'") ?? 0)
         compactedRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'compacted_revision'") ?? 0)
+        stateRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'state_revision'") ?? 0)
         let lastChange = UInt64(try database.scalarInt("SELECT max(revision) FROM changes") ?? 0)
         headRevision = max(lastChange, compactedRevision)
     }
@@ -201,6 +217,33 @@ public final class Journal {
             throw JournalError(error, while: "cannot append revision \(changes[0].revision)")
         }
         headRevision = changes[changes.count - 1].revision
+        if headRevision - stateRevision >= stateCheckpointInterval {
+            // Best effort: the changes above are committed whatever happens here, and a state
+            // table that lags is caught up at the next checkpoint or at open.
+            try? checkpointState()
+        }
+    }
+
+    /// Brings the current-state table up to date with the change log, one row per key changed
+    /// since the last checkpoint. The log is authoritative; this keeps start-up reads short.
+    public func checkpointState() throws(JournalError) {
+        guard headRevision > stateRevision else { return }
+        do throws(SQLiteError) {
+            try begin.run()
+            do throws(SQLiteError) {
+                upsertState.bind(1, stateRevision)
+                try upsertState.run()
+                saveStateRevision.bind(1, headRevision)
+                try saveStateRevision.run()
+                try commitStatement.run()
+            } catch {
+                try? rollbackStatement.run()
+                throw error
+            }
+        } catch {
+            throw JournalError(error, while: "cannot update the state table")
+        }
+        stateRevision = headRevision
     }
 
     /// Parts per revision the queries can order (they rank changes by `revision * 2048 + part`).
@@ -221,22 +264,13 @@ public final class Journal {
         statement.bind(10, change.timestampMilliseconds)
         statement.bind(11, blob: change.writeID)
         try statement.run()
-
-        let state = upsertState!
-        state.bind(1, change.key)
-        state.bind(2, blob: change.value)
-        state.bind(3, change.version)
-        state.bind(4, change.createRevision)
-        state.bind(5, change.revision)
-        state.bind(6, change.expiresAtMilliseconds)
-        state.bind(7, Int64(change.kind == .put ? 0 : 1))
-        try state.run()
     }
 
     // MARK: Reading
 
     /// Every key's current state, tombstones included, in key order.
     public func loadState() throws(JournalError) -> [JournalEntry] {
+        try checkpointState()
         do {
             let statement = try database.prepare(
                 "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted FROM state ORDER BY key")
@@ -420,6 +454,7 @@ public final class Journal {
     public func compact(through revision: UInt64) throws(JournalError) -> Int {
         let target = min(revision, headRevision)
         guard target > compactedRevision else { return 0 }
+        try checkpointState()  // the state table must hold what compaction leaves in the log
         do {
             try database.execute("BEGIN IMMEDIATE")
             do {

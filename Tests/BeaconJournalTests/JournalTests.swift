@@ -136,6 +136,24 @@ struct JournalTests {
         #expect(try journal.compactionTarget(for: .init(revisions: nil, maxAgeMilliseconds: nil)) == 0)
     }
 
+    @Test func theStateTableFollowsTheLogAtCheckpoints() throws {
+        let path = try temporaryDirectory() + "/j.sqlite"
+        var journal: Journal? = try Journal(path: path)
+        journal!.stateCheckpointInterval = 4
+        for revision in UInt64(1)...10 {
+            try journal!.append([put(revision, "k\(revision % 3)", "\(revision)", version: 1)])
+        }
+        #expect(journal!.stateRevision == 8)  // checkpoints at 4 and 8
+        try journal!.append([delete(11, "k0")])
+        let state = try journal!.loadState()  // catches up first
+        #expect(journal!.stateRevision == 11)
+        #expect(state.map { "\($0.key)=\(String(decoding: $0.value, as: UTF8.self))@\($0.modRevision)\($0.isDeleted ? "x" : "")" }
+                == ["k0=@11x", "k1=10@10", "k2=8@8"])
+        journal!.close()
+        journal = nil
+        #expect(try Journal(path: path).stateRevision == 11)
+    }
+
     @Test func writeIDsAreRecoverable() throws {
         let journal = try Journal(path: try temporaryDirectory() + "/j.sqlite")
         var change = put(1, "k", "v", version: 1)
