@@ -293,6 +293,7 @@ extension BeaconServer {
     }
 
     private func replayWrite(_ envelope: [ZMQMessage], _ id: UInt64, revision: UInt64) {
+        flushWrites()  // the journal is the loop's to read only with no commit in flight
         var reply = Beacon_V1_Reply()
         reply.id = id
         let versions = (try? journal.changes(prefix: "", from: revision, to: revision, limit: WireLimits.maxTxnOps))?.changes.map(\.version) ?? []
@@ -414,6 +415,7 @@ extension BeaconServer {
     }
 
     func compactByPolicy() {
+        flushWrites()  // the journal is the loop's to use only with no commit in flight
         do {
             let target = try journal.compactionTarget(for: configuration.retention)
             if target > journal.compactedRevision { try compact(through: target) }
