@@ -158,3 +158,33 @@ struct PipelineTests {
         await daemon.stop()
     }
 }
+
+extension PipelineTests {
+    @Test func compactionByPolicyRunsSafelyUnderPipelinedLoad() async throws {
+        let daemon = try TestDaemon {
+            $0.retention = .init(revisions: 500, maxAgeMilliseconds: nil)
+            $0.compactionIntervalSeconds = 1
+        }
+        let client = try daemon.client()
+        let count = 30_000
+        var sent = 0, answered = 0
+        let started = Date()
+        // Keep writes in flight for more than one compaction interval.
+        while answered < count || Date().timeIntervalSince(started) < 1.5 {
+            while sent < answered + 2_000 {
+                try client.send(.put(.with { $0.key = "k\(sent % 50)"; $0.value = .int(Int64(sent)) }))
+                sent += 1
+            }
+            let reply = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+            guard case .write = reply.result else { Issue.record("\(reply)"); break }
+            answered += 1
+        }
+        while answered < sent, try client.receiveReply(timeoutMilliseconds: 5000) != nil { answered += 1 }
+        let stats = try client.stats()
+        #expect(stats.headRevision == UInt64(sent))
+        #expect(stats.compactedRevision > 0, "compaction ran during the load")
+        #expect(try client.get("k49").version > 0)
+        #expect(try client.delta(prefix: "", since: stats.headRevision - 10).events.count == 10)
+        await daemon.stop()
+    }
+}
