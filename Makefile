@@ -6,12 +6,13 @@ DESTDIR ?=
 RUN_DIR ?= $(CURDIR)/.run
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config
 
-.PHONY: help deps build release run test bench bench-daemon install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
 	@echo "make run           build, start beacond on embedded defaults, show it working"
 	@echo "make test          run every test (the command CI runs)"
+	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make install       install binaries, unit and config (PREFIX, DESTDIR honoured)"
@@ -39,6 +40,11 @@ run: build
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --parallel --num-workers 2
+
+# The whole suite built with ThreadSanitizer in its own build folder; a race in the test process
+# or in a beacond it starts stops that process with an error.
+test-race: deps
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 
 bench: bench-daemon
 
