@@ -4,7 +4,8 @@ SWIFT ?= swift
 PREFIX ?= /usr/local
 DESTDIR ?=
 RUN_DIR ?= $(CURDIR)/.run
-APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config
+# The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
+APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
 .PHONY: help deps build release run test test-race bench bench-daemon install proto clean
 

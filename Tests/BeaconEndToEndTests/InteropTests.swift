@@ -1,0 +1,34 @@
+import Foundation
+import Testing
+
+/// The repository root, from this file's path.
+private let repositoryRoot = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+/// Whether Debian's python3 with pyzmq and protobuf, and protoc, are installed (`make deps`).
+private let pythonClientAvailable: Bool = {
+    if ProcessInfo.processInfo.environment["BEACON_REQUIRE_INTEROP"] == "1" { return true }
+    return FileManager.default.isExecutableFile(atPath: "/usr/bin/protoc")
+        && runTool("/usr/bin/python3", ["-c", "import zmq, google.protobuf"]) == 0
+}()
+
+@Suite(.timeLimit(.minutes(1)))
+struct InteropTests {
+    @Test(.enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
+    func aPythonClientWrittenFromProtoAloneWorks() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [repositoryRoot + "/Tests/interop/python_client.py", daemon.runtimeDirectory, repositoryRoot + "/proto"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("python client: ok"))
+    }
+}
