@@ -8,8 +8,10 @@ import Synchronization
 /// The authoritative Beacon server: binds the request and publish sockets, orders and journals
 /// writes, publishes diffs and heartbeats, and serves reads, snapshots, deltas and history.
 ///
-/// All sockets, the journal and the state belong to one loop thread that ``start()`` spawns;
-/// other threads talk to the server only through ``requestStop()`` and ``waitUntilStopped()``.
+/// The sockets and the in-memory state belong to one loop thread that ``start()`` spawns. The
+/// journal belongs to the loop too, except while a large batch is committing on the commit
+/// thread; the loop waits for that commit before it reads the journal itself. Other threads talk
+/// to the server only through ``requestStop()`` and ``waitUntilStopped()``.
 public final class BeaconServer: @unchecked Sendable {
     /// The configuration the server runs with.
     public let configuration: DaemonConfiguration
