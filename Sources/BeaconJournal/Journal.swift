@@ -202,16 +202,11 @@ public final class Journal {
     public func append(_ changes: [JournalChange]) throws(JournalError) {
         guard !changes.isEmpty else { return }
         precondition(changes[0].revision > headRevision, "revisions must increase")
-        do throws(SQLiteError) {
-            try begin.run()
-            do throws(SQLiteError) {
+        do {
+            try inTransaction { () throws(SQLiteError) in
                 for change in changes {
                     try insert(change)
                 }
-                try commitStatement.run()
-            } catch {
-                try? rollbackStatement.run()
-                throw error
             }
         } catch {
             throw JournalError(error, while: "cannot append revision \(changes[0].revision)")
@@ -228,22 +223,29 @@ public final class Journal {
     /// since the last checkpoint. The log is authoritative; this keeps start-up reads short.
     public func checkpointState() throws(JournalError) {
         guard headRevision > stateRevision else { return }
-        do throws(SQLiteError) {
-            try begin.run()
-            do throws(SQLiteError) {
+        do {
+            try inTransaction { () throws(SQLiteError) in
                 upsertState.bind(1, stateRevision)
                 try upsertState.run()
                 saveStateRevision.bind(1, headRevision)
                 try saveStateRevision.run()
-                try commitStatement.run()
-            } catch {
-                try? rollbackStatement.run()
-                throw error
             }
         } catch {
             throw JournalError(error, while: "cannot update the state table")
         }
         stateRevision = headRevision
+    }
+
+    /// Runs `body` in one write transaction: committed if it returns, rolled back if it throws.
+    private func inTransaction(_ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
+        try begin.run()
+        do {
+            try body()
+            try commitStatement.run()
+        } catch {
+            try? rollbackStatement.run()
+            throw error
+        }
     }
 
     /// Parts per revision the queries can order (they rank changes by `revision * 2048 + part`).
@@ -456,32 +458,26 @@ public final class Journal {
         guard target > compactedRevision else { return 0 }
         try checkpointState()  // the state table must hold what compaction leaves in the log
         do {
-            try database.execute("BEGIN IMMEDIATE")
-            do {
+            var removed = 0
+            try inTransaction { () throws(SQLiteError) in
                 let prune = try database.prepare("""
                     DELETE FROM changes WHERE revision <= ?1 AND (kind != 0 OR revision * 2048 + part NOT IN
                       (SELECT max(revision * 2048 + part) FROM changes WHERE revision <= ?1 GROUP BY key))
                     """)
                 prune.bind(1, target)
                 try prune.run()
-                let removed = database.changes
+                removed = database.changes
                 let tombstones = try database.prepare("DELETE FROM state WHERE deleted = 1 AND mod_revision <= ?1")
                 tombstones.bind(1, target)
                 try tombstones.run()
                 let meta = try database.prepare("UPDATE meta SET value = ?1 WHERE name = 'compacted_revision'")
                 meta.bind(1, target)
                 try meta.run()
-                try database.execute("COMMIT")
-                compactedRevision = target
-                return removed
-            } catch {
-                try? database.execute("ROLLBACK")
-                throw error
             }
-        } catch let error as SQLiteError {
-            throw JournalError(error, while: "cannot compact through \(target)")
+            compactedRevision = target
+            return removed
         } catch {
-            throw JournalError(code: .io, message: "\(error)")
+            throw JournalError(error, while: "cannot compact through \(target)")
         }
     }
 
