@@ -141,12 +141,6 @@ public final class BeaconServer: @unchecked Sendable {
         }
     }
 
-    /// Starts the server and runs it until ``requestStop()``.
-    public func run() async throws(DaemonError) {
-        try start()
-        await waitUntilStopped()
-    }
-
     // MARK: Start-up
 
     static func makeDirectory(_ path: String, mode: Int) throws(DaemonError) {

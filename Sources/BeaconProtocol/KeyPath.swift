@@ -71,12 +71,4 @@ public enum KeyPath {
         if segmentLength == 0 && !asPrefix { return .emptySegment(offset: bytes.count) }
         return nil
     }
-
-    /// The smallest string greater than every string that starts with `prefix`, or `nil` for the
-    /// empty prefix (no upper bound). Used for range scans.
-    public static func upperBound(ofPrefix prefix: String) -> String? {
-        guard !prefix.isEmpty else { return nil }
-        // Every key byte is below 0x7F, so appending 0x7F bounds all extensions of the prefix.
-        return prefix + "\u{7F}"
-    }
 }

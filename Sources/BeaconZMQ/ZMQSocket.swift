@@ -246,19 +246,6 @@ public final class ZMQSocket {
 
     /// Passes every subscribe and unsubscribe of an XPUB socket to the application.
     public func setXPubVerbose(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_XPUB_VERBOSE, on ? 1 : 0) }
-
-    /// Options that several places set by their libzmq constant.
-    public enum Option {
-        public static let linger = ZMQ_LINGER
-        public static let receiveTimeout = ZMQ_RCVTIMEO
-        public static let sendTimeout = ZMQ_SNDTIMEO
-        public static let immediate = ZMQ_IMMEDIATE
-        public static let reconnectInterval = ZMQ_RECONNECT_IVL
-        public static let routingID = ZMQ_ROUTING_ID
-        public static let xpubNoDrop = ZMQ_XPUB_NODROP
-        public static let fileDescriptor = ZMQ_FD
-        public static let events = ZMQ_EVENTS
-    }
 }
 
 /// Hands a socket to another thread (libzmq allows migrating a socket across a full memory
