@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "BeaconProtocol", targets: ["BeaconProtocol"]),
         .library(name: "BeaconJournal", targets: ["BeaconJournal"]),
         .library(name: "BeaconZMQ", targets: ["BeaconZMQ"]),
+        .library(name: "BeaconSignals", targets: ["BeaconSignals"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -20,6 +21,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
+        // The reactive core: pure Swift, no I/O.
+        .target(name: "BeaconSignals"),
+
         // C libraries, each imported by exactly one Swift target.
         .systemLibrary(name: "CBeaconZMQ", providers: [.apt(["libzmq3-dev"])]),
         .systemLibrary(name: "CBeaconSQLite", providers: [.apt(["libsqlite3-dev"])]),
@@ -61,6 +65,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
+        .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol"]),

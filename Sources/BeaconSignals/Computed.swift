@@ -1,0 +1,166 @@
+/// A derived signal: lazy, cached, with dependencies tracked automatically.
+///
+/// Made by `computed { … }`. The closure runs the first time the value is read and afterwards
+/// only when a signal it read last time has really changed. A new result equal to the cached one
+/// (by `==`, or the `equals` closure) stops propagation there. Nobody watching it, a computed
+/// holds no subscriptions and can be freed like any object.
+public final class Computed<Value>: Signal<Value> {
+    @usableFromInline var cached: Value?
+    @usableFromInline var getter: (() -> Value)?
+    @usableFromInline let equals: ((Value, Value) -> Bool)?
+    /// For computeds over `Result`: the value a cycle produces instead of trapping.
+    @usableFromInline var cycleValue: (() -> Value)?
+
+    @usableFromInline
+    init(getter: @escaping () -> Value, equals: ((Value, Value) -> Bool)?) {
+        self.getter = getter
+        self.equals = equals
+        super.init(flags: NodeFlags.computed)
+    }
+
+    /// The current value, recomputed first if a dependency changed. Inside a `computed` or
+    /// `effect`, reading it tracks a dependency.
+    @inlinable
+    public override var value: Value {
+        let context = ReactiveContext.current
+        if !context.isUpToDate(self) {
+            if flags & NodeFlags.computing != 0, let cycleValue {
+                return cycleValue()
+            }
+            context.refresh(self)
+        }
+        if let sub = context.activeSub {
+            context.track(self, by: sub)
+        }
+        return cached.unsafelyUnwrapped
+    }
+
+    /// The current value, recomputed first if a dependency changed, read without tracking.
+    @inlinable
+    public override func peek() -> Value {
+        let context = ReactiveContext.current
+        if !context.isUpToDate(self) {
+            if flags & NodeFlags.computing != 0, let cycleValue {
+                return cycleValue()
+            }
+            context.refresh(self)
+        }
+        return cached.unsafelyUnwrapped
+    }
+
+    @usableFromInline
+    override func reevaluate(_ context: ReactiveContext) -> Bool {
+        let previousSub = context.activeSub
+        let previousOwner = context.owner
+        context.activeSub = self
+        context.owner = nil
+        context.beginTracking(self)
+        let newValue = getter.unsafelyUnwrapped()
+        context.endTracking(self)
+        context.activeSub = previousSub
+        context.owner = previousOwner
+        if flags & NodeFlags.evaluated != 0, let equals, equals(cached.unsafelyUnwrapped, newValue) {
+            return false
+        }
+        cached = newValue
+        flags |= NodeFlags.evaluated
+        version &+= 1
+        return true
+    }
+
+    deinit {
+        // The closure may hold the previous link of a long chain; drop it from a loop.
+        if let getter {
+            ReactiveContext.current.dropLater(getter)
+        }
+    }
+}
+
+/// A derived signal whose changes are judged by `==`.
+///
+/// - Parameter body: computes the value from other signals; runs lazily.
+/// - Returns: a read-only signal of the result.
+@inlinable
+public func computed<Value: Equatable>(_ body: @escaping () -> Value) -> Computed<Value> {
+    Computed(getter: body, equals: { $0 == $1 })
+}
+
+/// A derived signal whose every recomputation counts as a change.
+///
+/// - Parameter body: computes the value from other signals; runs lazily.
+/// - Returns: a read-only signal of the result.
+@inlinable
+public func computed<Value>(_ body: @escaping () -> Value) -> Computed<Value> {
+    Computed(getter: body, equals: nil)
+}
+
+/// A derived signal whose changes are judged by `equals`.
+///
+/// - Parameters:
+///   - equals: returns `true` when the new result should count as unchanged.
+///   - body: computes the value from other signals; runs lazily.
+/// - Returns: a read-only signal of the result.
+@inlinable
+public func computed<Value>(
+    equals: @escaping (Value, Value) -> Bool,
+    _ body: @escaping () -> Value
+) -> Computed<Value> {
+    Computed(getter: body, equals: equals)
+}
+
+/// A derived signal whose computation may throw. The error is cached like a value and given to
+/// every reader (`try signal.get()`) until a dependency changes.
+///
+/// A throwing computed that reads itself gets `SignalError.Code.cycle` instead of trapping.
+///
+/// - Parameter body: computes the value from other signals; runs lazily.
+/// - Returns: a read-only signal of the outcome.
+@inlinable
+public func computed<Value: Equatable>(
+    _ body: @escaping () throws -> Value
+) -> Computed<Result<Value, any Error>> {
+    fallibleComputed(body) { $0 == $1 }
+}
+
+/// A derived signal whose computation may throw; every successful recomputation counts as a
+/// change. See `computed(_:)` for errors.
+///
+/// - Parameter body: computes the value from other signals; runs lazily.
+/// - Returns: a read-only signal of the outcome.
+@inlinable
+public func computed<Value>(
+    _ body: @escaping () throws -> Value
+) -> Computed<Result<Value, any Error>> {
+    fallibleComputed(body, equals: nil)
+}
+
+@usableFromInline
+func fallibleComputed<Value>(
+    _ body: @escaping () throws -> Value,
+    equals: ((Value, Value) -> Bool)?
+) -> Computed<Result<Value, any Error>> {
+    let node = Computed<Result<Value, any Error>>(
+        getter: { Result { try body() } },
+        equals: { old, new in
+            // Errors always propagate; successes compare by `equals`.
+            guard let equals, case .success(let a) = old, case .success(let b) = new else { return false }
+            return equals(a, b)
+        }
+    )
+    node.flags |= NodeFlags.fallible
+    node.cycleValue = {
+        .failure(SignalError(.cycle, "a computed signal read itself while computing its value"))
+    }
+    return node
+}
+
+extension Signal {
+    /// The value of a fallible signal, or its error.
+    ///
+    /// - Returns: the success value.
+    /// - Throws: the error the computation threw (cached until a dependency changes).
+    @inlinable
+    public func get<Success>() throws -> Success where Value == Result<Success, any Error> {
+        try value.get()
+    }
+}
