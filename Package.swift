@@ -65,6 +65,8 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
+        .executableTarget(name: "beacon-signals-bench", dependencies: ["BeaconSignals"]),
+
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal"]),

@@ -5,32 +5,45 @@
 /// (by `==`, or the `equals` closure) stops propagation there. Nobody watching it, a computed
 /// holds no subscriptions and can be freed like any object.
 public final class Computed<Value>: Signal<Value> {
-    @usableFromInline var cached: Value?
-    @usableFromInline var getter: (() -> Value)?
-    @usableFromInline let equals: ((Value, Value) -> Bool)?
+    @exclusivity(unchecked) @usableFromInline var cached: Value?
+    /// Runs the user's closure, compares with `cached` and stores; returns whether it changed.
+    /// Built where the computed is created, so it is specialised for `Value`.
+    @usableFromInline let compute: (Computed<Value>) -> Bool
     /// For computeds over `Result`: the value a cycle produces instead of trapping.
-    @usableFromInline var cycleValue: (() -> Value)?
+    @exclusivity(unchecked) @usableFromInline var cycleValue: (() -> Value)?
 
     @usableFromInline
-    init(getter: @escaping () -> Value, equals: ((Value, Value) -> Bool)?) {
-        self.getter = getter
-        self.equals = equals
+    init(compute: @escaping (Computed<Value>) -> Bool) {
+        self.compute = compute
         super.init(flags: NodeFlags.computed)
+    }
+
+    @inlinable
+    static func make(_ body: @escaping () -> Value, equals: ((Value, Value) -> Bool)?) -> Computed<Value> {
+        Computed(compute: { node in
+            let newValue = body()
+            if let equals, node.flags & NodeFlags.evaluated != 0, equals(node.cached.unsafelyUnwrapped, newValue) {
+                return false
+            }
+            node.cached = newValue
+            return true
+        })
     }
 
     /// The current value, recomputed first if a dependency changed. Inside a `computed` or
     /// `effect`, reading it tracks a dependency.
     @inlinable
     public override var value: Value {
-        let context = ReactiveContext.current
+        unowned(unsafe) let context = ReactiveContext.current
         if !context.isUpToDate(self) {
             if flags & NodeFlags.computing != 0, let cycleValue {
                 return cycleValue()
             }
             context.refresh(self)
         }
-        if let sub = context.activeSub {
-            context.track(self, by: sub)
+        unowned(unsafe) let sub = context.activeSub
+        if sub != nil {
+            context.track(self, by: sub.unsafelyUnwrapped)
         }
         return cached.unsafelyUnwrapped
     }
@@ -38,7 +51,7 @@ public final class Computed<Value>: Signal<Value> {
     /// The current value, recomputed first if a dependency changed, read without tracking.
     @inlinable
     public override func peek() -> Value {
-        let context = ReactiveContext.current
+        unowned(unsafe) let context = ReactiveContext.current
         if !context.isUpToDate(self) {
             if flags & NodeFlags.computing != 0, let cycleValue {
                 return cycleValue()
@@ -50,29 +63,25 @@ public final class Computed<Value>: Signal<Value> {
 
     @usableFromInline
     override func reevaluate(_ context: ReactiveContext) -> Bool {
-        let previousSub = context.activeSub
-        let previousOwner = context.owner
+        unowned(unsafe) let previousSub = context.activeSub
+        unowned(unsafe) let previousOwner = context.owner
         context.activeSub = self
         context.owner = nil
         context.beginTracking(self)
-        let newValue = getter.unsafelyUnwrapped()
+        let changed = compute(self)
         context.endTracking(self)
         context.activeSub = previousSub
         context.owner = previousOwner
-        if flags & NodeFlags.evaluated != 0, let equals, equals(cached.unsafelyUnwrapped, newValue) {
-            return false
-        }
-        cached = newValue
         flags |= NodeFlags.evaluated
-        version &+= 1
-        return true
+        if changed {
+            version &+= 1
+        }
+        return changed
     }
 
     deinit {
         // The closure may hold the previous link of a long chain; drop it from a loop.
-        if let getter {
-            ReactiveContext.current.dropLater(getter)
-        }
+        ReactiveContext.current.dropLater(compute)
     }
 }
 
@@ -82,7 +91,7 @@ public final class Computed<Value>: Signal<Value> {
 /// - Returns: a read-only signal of the result.
 @inlinable
 public func computed<Value: Equatable>(_ body: @escaping () -> Value) -> Computed<Value> {
-    Computed(getter: body, equals: { $0 == $1 })
+    Computed.make(body, equals: { $0 == $1 })
 }
 
 /// A derived signal whose every recomputation counts as a change.
@@ -91,7 +100,7 @@ public func computed<Value: Equatable>(_ body: @escaping () -> Value) -> Compute
 /// - Returns: a read-only signal of the result.
 @inlinable
 public func computed<Value>(_ body: @escaping () -> Value) -> Computed<Value> {
-    Computed(getter: body, equals: nil)
+    Computed.make(body, equals: nil)
 }
 
 /// A derived signal whose changes are judged by `equals`.
@@ -105,7 +114,7 @@ public func computed<Value>(
     equals: @escaping (Value, Value) -> Bool,
     _ body: @escaping () -> Value
 ) -> Computed<Value> {
-    Computed(getter: body, equals: equals)
+    Computed.make(body, equals: equals)
 }
 
 /// A derived signal whose computation may throw. The error is cached like a value and given to
@@ -139,8 +148,8 @@ func fallibleComputed<Value>(
     _ body: @escaping () throws -> Value,
     equals: ((Value, Value) -> Bool)?
 ) -> Computed<Result<Value, any Error>> {
-    let node = Computed<Result<Value, any Error>>(
-        getter: { Result { try body() } },
+    let node = Computed<Result<Value, any Error>>.make(
+        { Result { try body() } },
         equals: { old, new in
             // Errors always propagate; successes compare by `equals`.
             guard let equals, case .success(let a) = old, case .success(let b) = new else { return false }

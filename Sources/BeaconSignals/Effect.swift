@@ -12,11 +12,11 @@ public final class Effect: ReactiveNode, Disposable {
     /// settles and is stopped with `SignalError.Code.effectLoop`.
     public static let loopLimit = 1000
 
-    var body: (() throws -> Void)?
+    @exclusivity(unchecked) var body: (() throws -> Void)?
     let scope = OwnerScope()
     let errorHandler: ((any Error) -> Void)?
-    private var lastFlush: UInt64 = 0
-    private var runsInFlush = 0
+    @exclusivity(unchecked) private var lastFlush: UInt64 = 0
+    @exclusivity(unchecked) private var runsInFlush = 0
 
     init(body: @escaping () throws -> Void, errorHandler: ((any Error) -> Void)?) {
         self.body = body
@@ -47,8 +47,8 @@ public final class Effect: ReactiveNode, Disposable {
         }
         withExtendedLifetime(self) {
             scope.clear()
-            let previousSub = context.activeSub
-            let previousOwner = context.owner
+            unowned(unsafe) let previousSub = context.activeSub
+            unowned(unsafe) let previousOwner = context.owner
             context.activeSub = self
             context.owner = scope
             context.beginTracking(self)

@@ -8,7 +8,7 @@
 /// Writing a value equal to the current one (by `==`, or the `equals` closure given at
 /// creation) changes nothing and runs nothing downstream.
 public final class MutableSignal<Value>: Signal<Value> {
-    @usableFromInline var storage: Value
+    @exclusivity(unchecked) @usableFromInline var storage: Value
     @usableFromInline let equals: ((Value, Value) -> Bool)?
 
     /// A signal whose writes always count as changes.
@@ -38,9 +38,10 @@ public final class MutableSignal<Value>: Signal<Value> {
     @inlinable
     public override var value: Value {
         get {
-            let context = ReactiveContext.current
-            if let sub = context.activeSub {
-                context.track(self, by: sub)
+            unowned(unsafe) let context = ReactiveContext.current
+            unowned(unsafe) let sub = context.activeSub
+            if sub != nil {
+                context.track(self, by: sub.unsafelyUnwrapped)
             }
             return storage
         }
@@ -77,7 +78,7 @@ public final class MutableSignal<Value>: Signal<Value> {
         version &+= 1
         globalEpoch.wrappingAdd(1, ordering: .relaxed)
         if firstSub != nil {
-            let context = ReactiveContext.current
+            unowned(unsafe) let context = ReactiveContext.current
             context.propagate(from: self)
             if context.batchDepth == 0 {
                 context.flush()

@@ -10,22 +10,22 @@
 /// nobody watches validates itself by versions when read and can be freed as soon as its last
 /// user lets go of it.
 public class ReactiveNode {
-    @usableFromInline var flags: UInt32
-    @usableFromInline unowned(unsafe) var firstDep: Link?
-    @usableFromInline unowned(unsafe) var lastDep: Link?
-    @usableFromInline unowned(unsafe) var firstSub: Link?
-    @usableFromInline unowned(unsafe) var lastSub: Link?
+    @exclusivity(unchecked) @usableFromInline final var flags: UInt32
+    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstDep: Link?
+    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastDep: Link?
+    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstSub: Link?
+    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastSub: Link?
     /// During an evaluation: the last dependency link confirmed by a read.
-    @usableFromInline unowned(unsafe) var trackCursor: Link?
+    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var trackCursor: Link?
     /// Bumped at the start of every evaluation; with `lastReader`, de-duplicates repeated reads.
-    @usableFromInline var trackRun: UInt64 = 0
+    @exclusivity(unchecked) @usableFromInline final var trackRun: UInt64 = 0
     /// The node whose evaluation read this node last, and that evaluation's `trackRun`.
-    @usableFromInline unowned(unsafe) var lastReader: ReactiveNode?
-    @usableFromInline var lastReaderRun: UInt64 = 0
+    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastReader: ReactiveNode?
+    @exclusivity(unchecked) @usableFromInline final var lastReaderRun: UInt64 = 0
     /// Increases whenever this node's value changes.
-    @usableFromInline var version: UInt64 = 0
+    @exclusivity(unchecked) @usableFromInline final var version: UInt64 = 0
     /// The global write epoch at which this node was last known to be up to date.
-    @usableFromInline var verifiedEpoch: UInt64 = 0
+    @exclusivity(unchecked) @usableFromInline final var verifiedEpoch: UInt64 = 0
 
     @usableFromInline
     init(flags: UInt32) {

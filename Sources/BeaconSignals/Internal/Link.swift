@@ -7,16 +7,16 @@
 /// reference counted by hand (`make` / `free`) and recycled through the context's pool.
 @usableFromInline
 final class Link {
-    @usableFromInline unowned(unsafe) var dep: ReactiveNode
-    @usableFromInline unowned(unsafe) var sub: ReactiveNode
-    @usableFromInline unowned(unsafe) var prevDep: Link?
-    @usableFromInline unowned(unsafe) var nextDep: Link?
-    @usableFromInline unowned(unsafe) var prevSub: Link?
-    @usableFromInline unowned(unsafe) var nextSub: Link?
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var dep: ReactiveNode
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var sub: ReactiveNode
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var prevDep: Link?
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var nextDep: Link?
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var prevSub: Link?
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var nextSub: Link?
     /// `dep.version` when `sub` last read it.
-    @usableFromInline var depVersion: UInt64
+    @exclusivity(unchecked) @usableFromInline var depVersion: UInt64
     /// Whether the link is in `dep`'s subscriber list.
-    @usableFromInline var isSubscribed = false
+    @exclusivity(unchecked) @usableFromInline var isSubscribed = false
 
     private init(dep: ReactiveNode, sub: ReactiveNode, depVersion: UInt64) {
         self.dep = dep

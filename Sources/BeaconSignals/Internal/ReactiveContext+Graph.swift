@@ -4,9 +4,10 @@ extension ReactiveContext {
     /// Records that the running evaluation of `sub` read `dep`.
     @inlinable @inline(__always)
     func track(_ dep: ReactiveNode, by sub: ReactiveNode) {
-        let cursor = sub.trackCursor
-        let next = cursor == nil ? sub.firstDep : cursor.unsafelyUnwrapped.nextDep
-        if let next, next.dep === dep {
+        unowned(unsafe) let cursor = sub.trackCursor
+        unowned(unsafe) let next = cursor == nil ? sub.firstDep : cursor.unsafelyUnwrapped.nextDep
+        if next != nil && next.unsafelyUnwrapped.dep === dep {
+            unowned(unsafe) let next = next.unsafelyUnwrapped
             next.depVersion = dep.version
             sub.trackCursor = next
             dep.lastReader = sub
@@ -202,24 +203,25 @@ extension ReactiveContext {
     /// effects among them. Runs no user code.
     @usableFromInline
     func propagate(from source: ReactiveNode) {
-        var link = source.firstSub
+        unowned(unsafe) var link = source.firstSub
         let base = propagationStack.count
         while true {
-            while let current = link {
-                let sub = current.sub
+            while link != nil {
+                unowned(unsafe) let current = link.unsafelyUnwrapped
+                unowned(unsafe) let sub = current.sub
                 let flags = sub.flags
                 if flags & NodeFlags.stale == 0 {
                     sub.flags = flags | NodeFlags.stale
                     if flags & NodeFlags.effect != 0 {
                         if flags & NodeFlags.queued == 0 {
                             sub.flags |= NodeFlags.queued
-                            queuedEffects.append(unsafeDowncast(sub, to: Effect.self))
+                            queuedEffects.append(Unmanaged.passRetained(unsafeDowncast(sub, to: Effect.self)))
                         }
-                    } else if let first = sub.firstSub {
-                        if let next = current.nextSub {
-                            propagationStack.append(Unmanaged.passUnretained(next))
+                    } else if sub.firstSub != nil {
+                        if current.nextSub != nil {
+                            propagationStack.append(Unmanaged.passUnretained(current.nextSub.unsafelyUnwrapped))
                         }
-                        link = first
+                        link = sub.firstSub
                         continue
                     }
                 }
@@ -262,11 +264,12 @@ extension ReactiveContext {
             return
         }
         let base = validationStack.count
-        var node = root
-        var link = node.firstDep
+        unowned(unsafe) var node = root
+        unowned(unsafe) var link = node.firstDep
         while true {
-            if let current = link {
-                let dep = current.dep
+            if link != nil {
+                unowned(unsafe) let current = link.unsafelyUnwrapped
+                unowned(unsafe) let dep = current.dep
                 if dep.flags & NodeFlags.hasDependencies != 0 && !isUpToDate(dep) {
                     if dep.flags & NodeFlags.computing != 0 {
                         cycleDetected(at: dep)
@@ -291,7 +294,7 @@ extension ReactiveContext {
             if validationStack.count == base {
                 return
             }
-            let parent = validationStack.removeLast().takeUnretainedValue()
+            unowned(unsafe) let parent = validationStack.removeLast().takeUnretainedValue()
             node = parent.sub
             link = parent
         }

@@ -34,30 +34,31 @@ let contextKey: pthread_key_t = {
 @usableFromInline
 final class ReactiveContext {
     /// The computed or effect whose evaluation is running; reads link to it.
-    @usableFromInline unowned(unsafe) var activeSub: ReactiveNode?
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var activeSub: ReactiveNode?
     /// The scope that adopts effects created now.
-    var owner: OwnerScope?
-    @usableFromInline var batchDepth = 0
-    var isFlushing = false
-    var flushCount: UInt64 = 0
+    /// Not retained: an owner is kept alive by its effect or `EffectScope` while it runs.
+    @exclusivity(unchecked) unowned(unsafe) var owner: OwnerScope?
+    @exclusivity(unchecked) @usableFromInline var batchDepth = 0
+    @exclusivity(unchecked) var isFlushing = false
+    @exclusivity(unchecked) var flushCount: UInt64 = 0
     /// Effects to run at the end of the outermost write or batch.
-    var queuedEffects: [Effect] = []
+    @exclusivity(unchecked) var queuedEffects: [Unmanaged<Effect>] = []
     /// Scratch stack for validation.
-    var validationStack: [Unmanaged<Link>] = []
+    @exclusivity(unchecked) var validationStack: [Unmanaged<Link>] = []
     /// Scratch stack for propagation.
-    var propagationStack: [Unmanaged<Link>] = []
+    @exclusivity(unchecked) var propagationStack: [Unmanaged<Link>] = []
     /// Nodes that stopped being watched and must unsubscribe from their own dependencies.
-    var unwatchQueue: [Unmanaged<ReactiveNode>] = []
+    @exclusivity(unchecked) var unwatchQueue: [Unmanaged<ReactiveNode>] = []
     /// Nodes whose release is deferred so that freeing a long chain never recurses deeply.
-    var releaseQueue: [Unmanaged<ReactiveNode>] = []
-    var isReleasing = false
-    var deferredDrops: [Any] = []
+    @exclusivity(unchecked) var releaseQueue: [Unmanaged<ReactiveNode>] = []
+    @exclusivity(unchecked) var isReleasing = false
+    @exclusivity(unchecked) var deferredDrops: [Any] = []
     /// Depth of nested first evaluations, for the stack guard.
-    var evaluationDepth = 0
+    @exclusivity(unchecked) var evaluationDepth = 0
     /// Stack position at the outermost evaluation.
-    var stackBase: UInt = 0
+    @exclusivity(unchecked) var stackBase: UInt = 0
 
-    @usableFromInline
+    @inlinable
     static var current: ReactiveContext {
         @inline(__always) get {
             if let raw = pthread_getspecific(contextKey) {
@@ -110,12 +111,15 @@ final class ReactiveContext {
         flushCount &+= 1
         var index = 0
         while index < queuedEffects.count {
-            let effect = queuedEffects[index]
+            // The queue holds a retain on each effect, so that disposing it meanwhile is safe.
+            let queued = queuedEffects[index]
             index += 1
+            unowned(unsafe) let effect = queued.takeUnretainedValue()
             effect.flags &= ~NodeFlags.queued
             if effect.flags & NodeFlags.disposed == 0 && effect.flags & NodeFlags.stale != 0 {
                 refresh(effect)
             }
+            queued.release()
         }
         queuedEffects.removeAll(keepingCapacity: queuedEffects.count < 4096)
         isFlushing = false
