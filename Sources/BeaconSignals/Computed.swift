@@ -8,7 +8,7 @@ public final class Computed<Value>: Signal<Value> {
     @exclusivity(unchecked) @usableFromInline var cached: Value?
     /// Runs the user's closure, compares with `cached` and stores; returns whether it changed.
     /// Built where the computed is created, so it is specialised for `Value`.
-    @usableFromInline let compute: (Computed<Value>) -> Bool
+    @exclusivity(unchecked) @usableFromInline var compute: ((Computed<Value>) -> Bool)?
     /// For computeds over `Result`: the value a cycle produces instead of trapping.
     @exclusivity(unchecked) @usableFromInline var cycleValue: (() -> Value)?
 
@@ -68,7 +68,7 @@ public final class Computed<Value>: Signal<Value> {
         context.activeSub = self
         context.owner = nil
         context.beginTracking(self)
-        let changed = compute(self)
+        let changed = compute.unsafelyUnwrapped(self)
         context.endTracking(self)
         context.activeSub = previousSub
         context.owner = previousOwner
@@ -80,8 +80,12 @@ public final class Computed<Value>: Signal<Value> {
     }
 
     deinit {
-        // The closure may hold the previous link of a long chain; drop it from a loop.
-        ReactiveContext.current.dropLater(compute)
+        // The closure may hold the previous link of a long chain: hand the only reference to
+        // the release loop so that freeing a chain never recurses.
+        if let compute {
+            self.compute = nil
+            ReactiveContext.current.dropLater(compute)
+        }
     }
 }
 

@@ -82,21 +82,14 @@ public final class Effect: ReactiveNode, Disposable {
         flags = (flags | NodeFlags.disposed) & ~NodeFlags.stale
         withExtendedLifetime(self) {
             scope.clear()
-            let context = ReactiveContext.current
-            context.detach(self)
-            if let body {
-                self.body = nil
-                context.dropLater(body)
-            }
+            ReactiveContext.current.detach(self)
+            body = nil
         }
     }
 
     deinit {
         if flags & NodeFlags.disposed == 0 {
             scope.clear()
-            if let body {
-                ReactiveContext.current.dropLater(body)
-            }
         }
     }
 }

@@ -71,10 +71,11 @@ extension ReactiveContext {
             node.firstDep = nil
             node.lastDep = nil
         }
-        var link: Link? = first
-        while let current = link {
+        unowned(unsafe) var link: Link? = first
+        while link != nil {
+            unowned(unsafe) let current = link.unsafelyUnwrapped
             link = current.nextDep
-            let dep = current.dep
+            unowned(unsafe) let dep = current.dep
             if current.isSubscribed {
                 unsubscribe(current)
             }
@@ -84,6 +85,7 @@ extension ReactiveContext {
             current.free()
             releaseLater(dep)
         }
+        drainReleases()
     }
 
     // MARK: Watching
@@ -111,12 +113,11 @@ extension ReactiveContext {
             }
             dep.lastSub = pending
             if !wasWatched && dep.flags & NodeFlags.computed != 0 {
-                // Newly watched: from now on writes upstream mark it stale.
-                if dep.flags & NodeFlags.evaluated == 0 || dep.verifiedEpoch != epoch {
-                    dep.flags |= NodeFlags.stale
-                } else {
-                    dep.flags &= ~NodeFlags.stale
-                }
+                // Newly watched, and up to date: subscriptions happen right after a read, which
+                // validated the node and everything it depends on. From now on writes upstream
+                // mark it stale. (Marking it stale here would break the rule that everything
+                // downstream of a stale node is stale too, and stop propagation short.)
+                dep.flags &= ~NodeFlags.stale
                 work.append(Unmanaged.passUnretained(dep))
             }
             // Continue with the next not yet subscribed link of a newly watched node.
@@ -312,9 +313,12 @@ extension ReactiveContext {
         // Cleared first: a write during the update marks the node stale again.
         node.flags = (node.flags & ~NodeFlags.stale) | NodeFlags.computing
         let epochBefore = epoch
+        // Writes made by the node's own code run their effects after it finishes.
+        batchDepth += 1
         let changed = node.reevaluate(self)
         node.flags &= ~NodeFlags.computing
         node.verifiedEpoch = epochBefore
+        endBatch()
         return changed
     }
 

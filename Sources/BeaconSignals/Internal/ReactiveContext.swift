@@ -127,20 +127,21 @@ final class ReactiveContext {
 
     // MARK: Deferred release
 
-    /// Gives back a retain on `node` taken by a link, from a loop rather than from inside the
-    /// current deinit.
+    /// Queues the release of a retain on `node` taken by a link. `drainReleases()` performs it,
+    /// from a loop rather than from inside a deinit, so freeing a long chain never recurses.
     func releaseLater(_ node: ReactiveNode) {
         releaseQueue.append(Unmanaged.passUnretained(node))
-        drainReleases()
     }
 
-    /// Keeps `value` (a closure and what it captures) alive until the release loop drops it.
+    /// Queues `value` (a closure and what it captures) to be dropped by `drainReleases()`.
+    /// The caller must hold no other reference once the drain runs.
     func dropLater(_ value: Any) {
         deferredDrops.append(value)
-        drainReleases()
     }
 
-    private func drainReleases() {
+    /// Performs queued releases; nested calls (from deinits it triggers) return at once and
+    /// leave the work to the outermost loop.
+    func drainReleases() {
         if isReleasing {
             return
         }
