@@ -7,7 +7,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
-.PHONY: help deps build release run test test-race bench bench-daemon install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
+	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
 	@echo "make install       install binaries, unit and config (PREFIX, DESTDIR honoured)"
 	@echo "make proto         regenerate Swift code from proto/*.proto"
 
@@ -47,7 +48,11 @@ test: deps
 test-race: deps
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 
-bench: bench-daemon
+bench: bench-core bench-daemon
+
+bench-core:
+	$(SWIFT) build -c release --product beacon-signals-bench
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-signals-bench"
 
 bench-daemon: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" daemon
