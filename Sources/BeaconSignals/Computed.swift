@@ -35,11 +35,8 @@ public final class Computed<Value>: Signal<Value> {
     @inlinable
     public override var value: Value {
         unowned(unsafe) let context = ReactiveContext.current
-        if !context.isUpToDate(self) {
-            if flags & NodeFlags.computing != 0, let cycleValue {
-                return cycleValue()
-            }
-            context.refresh(self)
+        if let cycle = bringUpToDate(context) {
+            return cycle
         }
         unowned(unsafe) let sub = context.activeSub
         if sub != nil {
@@ -51,14 +48,19 @@ public final class Computed<Value>: Signal<Value> {
     /// The current value, recomputed first if a dependency changed, read without tracking.
     @inlinable
     public override func peek() -> Value {
-        unowned(unsafe) let context = ReactiveContext.current
+        bringUpToDate(ReactiveContext.current) ?? cached.unsafelyUnwrapped
+    }
+
+    /// Recomputes if needed; returns the cycle value when a fallible computed reads itself.
+    @inlinable @inline(__always)
+    func bringUpToDate(_ context: ReactiveContext) -> Value? {
         if !context.isUpToDate(self) {
             if flags & NodeFlags.computing != 0, let cycleValue {
                 return cycleValue()
             }
             context.refresh(self)
         }
-        return cached.unsafelyUnwrapped
+        return nil
     }
 
     @usableFromInline
@@ -160,7 +162,6 @@ func fallibleComputed<Value>(
             return equals(a, b)
         }
     )
-    node.flags |= NodeFlags.fallible
     node.cycleValue = {
         .failure(SignalError(.cycle, "a computed signal read itself while computing its value"))
     }

@@ -21,14 +21,12 @@ public enum ObserverDecision: Sendable {
 /// Like signals, event signals belong to one isolation domain.
 public final class EventSignal<Event> {
     private final class Observer {
-        let id: Int
         let handler: (Event) -> ObserverDecision
         weak var owner: AnyObject?
         let hasOwner: Bool
         var isActive = true
 
-        init(id: Int, owner: AnyObject?, handler: @escaping (Event) -> ObserverDecision) {
-            self.id = id
+        init(owner: AnyObject?, handler: @escaping (Event) -> ObserverDecision) {
             self.owner = owner
             self.hasOwner = owner != nil
             self.handler = handler
@@ -36,7 +34,6 @@ public final class EventSignal<Event> {
     }
 
     private var observers: [Observer] = []
-    private var nextID = 0
     private let replaysLast: Bool
     /// Keeps upstream subscriptions of derived signals alive as long as this signal.
     private var upstream: [any Disposable] = []
@@ -141,8 +138,7 @@ public final class EventSignal<Event> {
     }
 
     private func add(owner: AnyObject?, _ handler: @escaping (Event) -> ObserverDecision) -> any Disposable {
-        let observer = Observer(id: nextID, owner: owner, handler: handler)
-        nextID += 1
+        let observer = Observer(owner: owner, handler: handler)
         if replaysLast, let lastEvent, handler(lastEvent) == .stop {
             return DisposeAction {}
         }

@@ -12,7 +12,6 @@
 public class ReactiveNode {
     @exclusivity(unchecked) @usableFromInline final var flags: UInt32
     @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstDep: Link?
-    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastDep: Link?
     @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstSub: Link?
     @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastSub: Link?
     /// During an evaluation: the last dependency link confirmed by a read.
@@ -61,8 +60,6 @@ enum NodeFlags {
     @usableFromInline static let disposed: UInt32 = 1 << 5
     /// A computed that has a value (has been evaluated at least once).
     @usableFromInline static let evaluated: UInt32 = 1 << 6
-    /// A computed whose getter may throw: a cycle becomes a thrown error, not a trap.
-    @usableFromInline static let fallible: UInt32 = 1 << 7
 
     @usableFromInline static let hasDependencies: UInt32 = computed | effect
 }

@@ -2,6 +2,8 @@
 final class DerivedSignal<Value>: Signal<Value> {
     let storage: MutableSignal<Value>
     var feeds: [any Disposable] = []
+    /// Event signals feeding this one (their observers hold it weakly).
+    var sources: [AnyObject] = []
 
     init(_ initialValue: Value, equals: ((Value, Value) -> Bool)?) {
         storage = MutableSignal(initialValue, equals: equals)
@@ -135,7 +137,7 @@ extension Signal {
         let derived = DerivedSignal(peek(), equals: nil)
         let events = changes().debounce(interval, scheduler: scheduler)
         derived.feeds.append(events.observe { [weak derived] in derived?.storage.value = $0 })
-        derived.feeds.append(DisposeAction { withExtendedLifetime(events) {} })
+        derived.sources.append(events)
         return derived
     }
 
@@ -150,7 +152,7 @@ extension Signal {
         let derived = DerivedSignal(peek(), equals: nil)
         let events = changes().throttle(interval, scheduler: scheduler)
         derived.feeds.append(events.observe { [weak derived] in derived?.storage.value = $0 })
-        derived.feeds.append(DisposeAction { withExtendedLifetime(events) {} })
+        derived.sources.append(events)
         return derived
     }
 }

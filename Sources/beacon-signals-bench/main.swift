@@ -2,7 +2,7 @@
 // rules as the reference figures in ../shared/reference/js-reactivity.md, printed next to the
 // fastest JavaScript core measured on this kind of machine.
 //
-// Usage: beacon-signals-bench [--quick]
+// Usage: beacon-signals-bench [--quick]   (--quick runs fewer iterations and prints no ratios)
 
 let quick = CommandLine.arguments.contains("--quick")
 
@@ -30,7 +30,7 @@ func formatted(_ value: Double, decimals: Int, width: Int) -> String {
 func report(_ name: String, _ ms: Double) {
     let padded = name + String(repeating: " ", count: max(0, 22 - name.count))
     let figure = formatted(ms, decimals: 1, width: 9) + " ms"
-    if let js = fastestJavaScript[name] {
+    if !quick, let js = fastestJavaScript[name] {
         print("\(padded)\(figure)   fastest JS \(formatted(js, decimals: 1, width: 7)) ms   Beacon/JS \(formatted(ms / js, decimals: 2, width: 5))x")
     } else {
         print("\(padded)\(figure)")

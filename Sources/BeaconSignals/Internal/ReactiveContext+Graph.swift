@@ -35,8 +35,6 @@ extension ReactiveContext {
         }
         if let next {
             next.prevDep = link
-        } else {
-            sub.lastDep = link
         }
         sub.trackCursor = link
         if isWatched(sub) {
@@ -66,10 +64,8 @@ extension ReactiveContext {
     func dropDependencies(of node: ReactiveNode, from first: Link) {
         if let previous = first.prevDep {
             previous.nextDep = nil
-            node.lastDep = previous
         } else {
             node.firstDep = nil
-            node.lastDep = nil
         }
         unowned(unsafe) var link: Link? = first
         while link != nil {
@@ -258,7 +254,7 @@ extension ReactiveContext {
             return
         }
         if root.flags & NodeFlags.computing != 0 {
-            cycleDetected(at: root)
+            cycleDetected()
         }
         if root.flags & NodeFlags.evaluated == 0 {
             evaluate(root)
@@ -273,7 +269,7 @@ extension ReactiveContext {
                 unowned(unsafe) let dep = current.dep
                 if dep.flags & NodeFlags.hasDependencies != 0 && !isUpToDate(dep) {
                     if dep.flags & NodeFlags.computing != 0 {
-                        cycleDetected(at: dep)
+                        cycleDetected()
                     }
                     if dep.flags & NodeFlags.evaluated != 0 {
                         validationStack.append(Unmanaged.passUnretained(current))
@@ -328,7 +324,7 @@ extension ReactiveContext {
     @usableFromInline
     func evaluate(_ node: ReactiveNode) {
         if node.flags & NodeFlags.computing != 0 {
-            cycleDetected(at: node)
+            cycleDetected()
         }
         evaluationDepth += 1
         defer { evaluationDepth -= 1 }
@@ -347,7 +343,7 @@ extension ReactiveContext {
     // MARK: Cycles
 
     @usableFromInline
-    func cycleDetected(at node: ReactiveNode) -> Never {
+    func cycleDetected() -> Never {
         fatalError("""
             BeaconSignals: dependency cycle: a computed signal read itself (directly or through \
             other computeds) while computing its value
