@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "BeaconJournal", targets: ["BeaconJournal"]),
         .library(name: "BeaconZMQ", targets: ["BeaconZMQ"]),
         .library(name: "BeaconSignals", targets: ["BeaconSignals"]),
+        .library(name: "Beacon", targets: ["Beacon"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -43,6 +44,9 @@ let package = Package(
         // A small blocking client of the wire protocol: tests, benchmarks and the CLI use it.
         .target(name: "BeaconWire", dependencies: ["BeaconZMQ", "BeaconProtocol"]),
 
+        // The client library: remote signals mirrored into the reactive core.
+        .target(name: "Beacon", dependencies: ["BeaconSignals", "BeaconWire", "BeaconZMQ", "BeaconProtocol"]),
+
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
             "BeaconZMQ", "BeaconJournal", "BeaconProtocol",
@@ -72,7 +76,7 @@ let package = Package(
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol"]),
         .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal"]),
-        .testTarget(name: "BeaconEndToEndTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconJournal"]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal"]),
     ],
     swiftLanguageModes: [.v6]
 )

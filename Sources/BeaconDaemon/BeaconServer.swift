@@ -45,7 +45,7 @@ public final class BeaconServer: @unchecked Sendable {
     var router: ZMQSocket!
     var publisher: ZMQSocket!
     private var lock: InstanceLock?
-    private let wake: WakeSignal
+    private let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
     private let finished = Mutex<FinishState>(.running)
     private var thread: Thread?
@@ -74,7 +74,11 @@ public final class BeaconServer: @unchecked Sendable {
     public init(configuration: DaemonConfiguration, logger: Logger) throws(DaemonError) {
         self.configuration = configuration
         self.logger = logger
-        self.wake = try WakeSignal()
+        do {
+            self.wake = try WakePipe()
+        } catch {
+            throw DaemonError(.startup, "\(error)")
+        }
     }
 
     /// Opens the journal, binds the sockets and starts the loop thread.

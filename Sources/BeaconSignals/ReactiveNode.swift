@@ -9,7 +9,7 @@
 /// other computeds). Only watched nodes sit in their dependencies' subscriber lists; a computed
 /// nobody watches validates itself by versions when read and can be freed as soon as its last
 /// user lets go of it.
-public class ReactiveNode {
+open class ReactiveNode {
     @exclusivity(unchecked) @usableFromInline final var flags: UInt32
     @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstDep: Link?
     @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstSub: Link?

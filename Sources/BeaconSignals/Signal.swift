@@ -6,21 +6,30 @@
 ///
 /// Signals, computeds and effects belong to one isolation domain (a thread, the main actor, an
 /// actor): they are not `Sendable`. To hand writes in from another thread use `SignalInbox`.
-public class Signal<Value>: ReactiveNode {
+///
+/// Other modules may subclass it to present a signal of their own (a remote signal, say) by
+/// overriding `value` and `peek()` to read signals of the graph: dependencies are tracked on
+/// the signals read, so the subclass itself needs no bookkeeping.
+open class Signal<Value>: ReactiveNode {
     @usableFromInline
     override init(flags: UInt32) {
         super.init(flags: flags)
     }
 
+    /// For subclasses in other modules that forward `value` and `peek()` to signals they hold.
+    public init() {
+        super.init(flags: 0)
+    }
+
     /// The current value. Inside a `computed` or `effect`, reading it tracks a dependency.
-    public var value: Value {
+    open var value: Value {
         preconditionFailure("Signal is abstract")
     }
 
     /// The current value, read without tracking a dependency.
     ///
     /// - Returns: the same value `value` would return.
-    public func peek() -> Value {
+    open func peek() -> Value {
         preconditionFailure("Signal is abstract")
     }
 

@@ -16,29 +16,27 @@ public final class PrefixFollower {
     }
 
     /// The prefix followed.
-    public let prefix: String
+    public var prefix: String { sequencer.prefix }
     /// The live keys under the prefix as of ``through``.
     public private(set) var state: [String: Beacon_V1_KeyValue] = [:]
     /// The mirror is complete through this revision.
-    public private(set) var through: UInt64 = 0
+    public var through: UInt64 { sequencer.through }
     /// The journal epoch the mirror belongs to.
-    public private(set) var epoch: UInt64 = 0
+    public var epoch: UInt64 { sequencer.epoch }
     /// How many gaps were repaired from deltas.
     public private(set) var repairs = 0
     /// How many times state was replaced by a snapshot after the first.
     public private(set) var resyncs = 0
 
     private let client: WireClient
-    private var pendingRevision: UInt64 = 0
-    private var pendingParts: UInt32 = 0
-    private var pending: [Beacon_V1_Event] = []
+    private var sequencer: PrefixSequencer
     private var queued: [Update] = []
 
     /// Subscribes to `prefix` and takes the first snapshot (subscribe first: no update between
     /// the two can be lost).
     public init(client: WireClient, prefix: String, receiveHighWaterMark: Int32 = 100_000) throws(WireError) {
         self.client = client
-        self.prefix = prefix
+        sequencer = PrefixSequencer(prefix: prefix)
         try client.subscribe(prefix, receiveHighWaterMark: receiveHighWaterMark)
         try resync(counting: false)
     }
@@ -48,56 +46,25 @@ public final class PrefixFollower {
     public func next(timeoutMilliseconds: Int) throws(WireError) -> Update? {
         if !queued.isEmpty { return queued.removeFirst() }
         guard let publication = try client.receivePublication(timeoutMilliseconds: timeoutMilliseconds) else { return nil }
+        let decision: PrefixSequencer.Decision
         switch publication {
-        case .diff(let diff): try accept(diff)
-        case .commit(let marker): try accept(marker)
-        case .heartbeat(let heartbeat): try accept(heartbeat)
+        case .diff(let diff): decision = sequencer.accept(diff)
+        case .commit(let marker): decision = sequencer.accept(marker)
+        case .heartbeat(let heartbeat): decision = sequencer.accept(heartbeat)
+        }
+        switch decision {
+        case .none: break
+        case .completed(let events):
+            apply(events)
+            queued.append(.revision(events))
+        case .repair: try repair()
+        case .resync: try resync(counting: true)
         }
         return queued.isEmpty ? nil : queued.removeFirst()
     }
 
-    private func accept(_ diff: Beacon_V1_Diff) throws(WireError) {
-        if diff.epoch != epoch { return try resync(counting: true) }
-        let event = diff.event
-        guard event.change.key.hasPrefix(prefix) else { return }
-        if event.revision <= through { return }  // already applied (snapshot or repair)
-        guard let mark = diff.marks.first(where: { $0.prefix == prefix }) else {
-            return try repair()  // the daemon does not sequence our prefix yet: ask, which registers it
-        }
-        if pendingRevision != 0 && pendingRevision != event.revision { return try repair() }
-        if pendingRevision == 0 {
-            if mark.previousRevision > through { return try repair() }
-            pendingRevision = event.revision
-            pendingParts = mark.parts
-        }
-        pending.append(event)
-        if pending.count == Int(pendingParts) {
-            apply(pending)
-            through = pendingRevision
-            queued.append(.revision(pending))
-            clearPending()
-        }
-    }
-
-    private func accept(_ marker: Beacon_V1_CommitMarker) throws(WireError) {
-        if marker.epoch != epoch { return try resync(counting: true) }
-        if pendingRevision != 0 && marker.revision == pendingRevision { return try repair() }  // parts missing
-        if pendingRevision == 0, marker.revision > through, marker.marks.contains(where: { $0.prefix == prefix }) {
-            return try repair()  // the revision touched our prefix but none of its diffs arrived
-        }
-    }
-
-    private func accept(_ heartbeat: Beacon_V1_Heartbeat) throws(WireError) {
-        if heartbeat.epoch != epoch { return try resync(counting: true) }
-        if pendingRevision != 0 { return try repair() }
-        guard let head = heartbeat.prefixes.first(where: { $0.prefix == prefix }) else { return try repair() }
-        if head.revision > through { return try repair() }
-        through = max(through, heartbeat.headRevision)
-    }
-
     /// Fetches every change after ``through`` and applies it, revision by revision.
     private func repair() throws(WireError) {
-        clearPending()
         repairs += 1
         while true {
             let page: Beacon_V1_EventsReply
@@ -107,30 +74,19 @@ public final class PrefixFollower {
                 return try resync(counting: true)
             }
             if page.epoch != epoch { return try resync(counting: true) }
-            var group: [Beacon_V1_Event] = []
-            for event in page.events {
-                if let last = group.last, last.revision != event.revision {
-                    apply(group)
-                    queued.append(.revision(group))
-                    group = []
-                }
-                group.append(event)
+            for revision in PrefixSequencer.revisions(in: page.events) {
+                apply(revision)
+                queued.append(.revision(revision))
             }
-            if !group.isEmpty {
-                apply(group)
-                queued.append(.revision(group))
-            }
-            through = max(through, page.revision)
+            sequencer.advance(through: page.revision)
             if !page.more { return }
         }
     }
 
     private func resync(counting: Bool) throws(WireError) {
-        clearPending()
         let snapshot = try client.snapshot(prefix: prefix)
         state = Dictionary(uniqueKeysWithValues: snapshot.kvs.map { ($0.key, $0) })
-        through = snapshot.revision
-        epoch = snapshot.epoch
+        sequencer.reset(epoch: snapshot.epoch, through: snapshot.revision)
         if counting { resyncs += 1 }
         queued.append(.resynced(revision: snapshot.revision))
     }
@@ -152,11 +108,5 @@ public final class PrefixFollower {
                 state[change.key] = nil
             }
         }
-    }
-
-    private func clearPending() {
-        pendingRevision = 0
-        pendingParts = 0
-        pending.removeAll()
     }
 }

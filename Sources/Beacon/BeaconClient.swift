@@ -1,0 +1,255 @@
+@_exported import BeaconSignals
+import BeaconProtocol
+import Dispatch
+import Foundation
+import Synchronization
+
+/// A connection to `beacond`: mirrors the daemon's keys as read-only signals, writes, and
+/// streams history.
+///
+/// ```swift
+/// let client = try BeaconClient()                       // finds the daemon like `beacon` does
+/// let ssid = try client.signal("net.wifi.ssid", as: String.self, default: "")
+/// let e = effect { print("ssid is \(ssid.value)") }
+/// try await client.set("net.wifi.ssid", "home")         // returns once `ssid` shows it
+/// ```
+///
+/// **Threading.** The ZeroMQ sockets live on one I/O thread of the client. Updates reach the
+/// signal graph in the delivery context chosen in ``BeaconConfiguration/delivery`` — a serial
+/// queue (`.main` by default) or the application's own domain (`.manual`) — as whole
+/// revisions, in one batch per delivery: a `computed` never sees half of a transaction and an
+/// `effect` runs once for it. Create remote signals, computeds and effects in that context and
+/// read them there. Writes (`set`, `delete`, `transaction`) and `history` may be called from
+/// anywhere.
+///
+/// **Faults.** Drops (a full receive queue, a reconnect, a daemon restart) are detected within
+/// one heartbeat interval and repaired from the journal; a new journal (epoch) makes every
+/// mirror resync. While the daemon is unreachable, mirrors keep their last values and report
+/// `stale`; writes are retried with the same write id until ``BeaconConfiguration/writeTimeout``.
+public final class BeaconClient: @unchecked Sendable {
+    /// Where the client connects and delivers.
+    public let configuration: BeaconConfiguration
+    private let engine: ClientEngine
+    private let inbox: Inbox
+    private let graph = MirrorGraph()
+    private let nextStreamID = Atomic<Int>(1)
+
+    /// Connects (in the background) to the daemon.
+    /// - Parameter configuration: endpoints, delivery context and timeouts; by default the daemon
+    ///   found like the `beacon` tool finds it, delivering on the main queue.
+    /// - Throws: ``BeaconError`` when the I/O thread cannot be set up. A daemon that is not running
+    ///   is not an error: the client connects when it appears.
+    public init(configuration: BeaconConfiguration = BeaconConfiguration()) throws(BeaconError) {
+        self.configuration = configuration
+        let inbox = Inbox()
+        self.inbox = inbox
+        engine = try ClientEngine(configuration: configuration) { update in inbox.post(update) }
+        let graph = graph
+        let drain: @Sendable () -> Void = { [graph = UncheckedGraph(graph)] in inbox.drain(into: graph.graph) }
+        switch configuration.delivery {
+        case .queue(let queue): inbox.wake = { queue.async(execute: drain) }
+        case .manual(let wake): inbox.wake = wake
+        }
+        engine.start()
+    }
+
+    /// Connects to the daemon whose sockets are in `runtimeDirectory`, delivering on `queue`.
+    public convenience init(runtimeDirectory: String, deliveringOn queue: DispatchQueue = .main) throws(BeaconError) {
+        var configuration = BeaconConfiguration(runtimeDirectory: runtimeDirectory)
+        configuration.delivery = .queue(queue)
+        try self.init(configuration: configuration)
+    }
+
+    deinit {
+        engine.stop()
+    }
+
+    /// Stops the I/O thread; pending writes fail with `.closed` and history streams finish.
+    /// Mirrors keep their last values. Called on deinit too.
+    public func close() {
+        engine.stop()
+    }
+
+    /// The client's connection state (a tracked read in the delivery context).
+    public var connection: Signal<ConnectionState> { graph.connection.readOnly() }
+
+    /// With `.manual` delivery: applies every update that arrived, in one batch. Call it in the
+    /// context that owns the signals when the `wake` closure asks. Harmless when nothing waits.
+    public func applyPendingUpdates() {
+        inbox.drain(into: graph)
+    }
+
+    // MARK: Mirrors
+
+    /// Mirrors `key` as a read-only signal of `Value`. Call it in the delivery context; asking
+    /// again for the same key and type gives the same signal.
+    /// - Parameters:
+    ///   - key: the key, such as `net.wifi.ssid`.
+    ///   - type: the Swift type its value decodes as.
+    ///   - defaultValue: the value while the key does not exist or does not decode.
+    /// - Throws: ``BeaconError`` with `.invalidKey`.
+    public func signal<Value: Codable & Sendable & Equatable>(_ key: String, as type: Value.Type = Value.self,
+                                                              default defaultValue: Value) throws(BeaconError) -> RemoteSignal<Value> {
+        try makeSignal(key, defaultValue: defaultValue, equals: { $0 == $1 })
+    }
+
+    /// Mirrors `key` as a read-only signal of a `Value` that is not `Equatable` (every update
+    /// counts as a change).
+    public func signal<Value: Codable & Sendable>(_ key: String, as type: Value.Type = Value.self,
+                                                  default defaultValue: Value) throws(BeaconError) -> RemoteSignal<Value> {
+        try makeSignal(key, defaultValue: defaultValue, equals: nil)
+    }
+
+    private func makeSignal<Value>(_ key: String, defaultValue: Value,
+                                   equals: ((Value, Value) -> Bool)?) throws(BeaconError) -> RemoteSignal<Value> {
+        if let problem = KeyPath.problem(key: key) { throw BeaconError(.invalidKey, "invalid key \"\(key)\": \(problem)", key: key) }
+        let cacheKey = "k\(key)\u{0}\(ObjectIdentifier(Value.self))"
+        if let cached = graph.signalCache[cacheKey] as? RemoteSignal<Value> { return cached }
+        let (record, isNew) = graph.record(for: key)
+        let signal = RemoteSignal(record: record, defaultValue: defaultValue, connection: graph.connection, equals: equals)
+        graph.signalCache[cacheKey] = signal
+        if isNew { engine.submit(.follow(prefix: key)) }
+        return signal
+    }
+
+    /// Mirrors every key under `prefix` as a reactive dictionary of `Value`. Call it in the
+    /// delivery context; asking again for the same prefix and type gives the same map.
+    /// - Throws: ``BeaconError`` with `.invalidKey` for an invalid prefix.
+    public func mirror<Value: Codable & Sendable>(prefix: String, as type: Value.Type = Value.self) throws(BeaconError) -> RemoteMap<Value> {
+        if let problem = KeyPath.problem(prefix: prefix) {
+            throw BeaconError(.invalidKey, "invalid prefix \"\(prefix)\": \(problem)", key: prefix)
+        }
+        let cacheKey = "p\(prefix)\u{0}\(ObjectIdentifier(Value.self))"
+        if let cached = graph.signalCache[cacheKey] as? RemoteMap<Value> { return cached }
+        let (table, isNew) = graph.table(for: prefix)
+        let map = RemoteMap<Value>(table: table, connection: graph.connection)
+        graph.signalCache[cacheKey] = map
+        if isNew { engine.submit(.follow(prefix: prefix)) }
+        return map
+    }
+
+    // MARK: Writes
+
+    /// Writes `value` to `key`. Returns once the daemon committed it and this client's mirrors
+    /// of the key show it (read-your-writes). Retries after a timeout reuse the write id, so the
+    /// write applies at most once.
+    /// - Parameters:
+    ///   - ifVersion: compare-and-set: apply only if the key's version is this (0: absent).
+    ///   - ttl: the daemon deletes the key this long after the write.
+    /// - Returns: the committed revision and the key's new version.
+    /// - Throws: ``BeaconError``: `.versionConflict`, `.invalidKey`, `.valueTooLarge`,
+    ///   `.unreachable`, `.encoding`, …
+    @discardableResult
+    public func set<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64? = nil,
+                                      ttl: Duration? = nil) async throws(BeaconError) -> WriteResult {
+        var put = try Beacon_V1_Put.make(key, value, ifVersion: ifVersion, createOnly: false, ttl: ttl)
+        put.writeID = Self.newWriteID()
+        return try await write(.put(put), keys: [key])
+    }
+
+    /// Creates `key` with `value`; fails with `.alreadyExists` if it exists.
+    @discardableResult
+    public func create<Value: Encodable>(_ key: String, _ value: Value, ttl: Duration? = nil) async throws(BeaconError) -> WriteResult {
+        var put = try Beacon_V1_Put.make(key, value, ifVersion: nil, createOnly: true, ttl: ttl)
+        put.writeID = Self.newWriteID()
+        return try await write(.put(put), keys: [key])
+    }
+
+    /// Deletes `key`; fails with `.notFound` if it does not exist.
+    /// - Parameter ifVersion: delete only if the key's version is this.
+    @discardableResult
+    public func delete(_ key: String, ifVersion: UInt64? = nil) async throws(BeaconError) -> WriteResult {
+        var delete = Beacon_V1_Delete()
+        delete.key = key
+        if let ifVersion { delete.ifVersion = ifVersion }
+        delete.writeID = Self.newWriteID()
+        return try await write(.delete(delete), keys: [key])
+    }
+
+    /// Commits several writes as one revision: all apply or none, and every mirror shows them
+    /// in one batch.
+    /// - Throws: ``BeaconError`` naming the failing operation in `operationIndex`.
+    @discardableResult
+    public func transaction(_ operations: [TransactionOperation]) async throws(BeaconError) -> WriteResult {
+        var txn = Beacon_V1_Txn()
+        txn.ops = operations.map(\.op)
+        txn.writeID = Self.newWriteID()
+        return try await write(.txn(txn), keys: operations.map(\.key))
+    }
+
+    private func write(_ op: Beacon_V1_Request.OneOf_Op, keys: [String]) async throws(BeaconError) -> WriteResult {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<WriteResult, BeaconError>, Never>) in
+            engine.submit(.write(WriteRequest(op: op, keys: keys) { continuation.resume(returning: $0) }))
+        }
+        return try result.get()
+    }
+
+    private static func newWriteID() -> Data {
+        var generator = SystemRandomNumberGenerator()
+        return Data((0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
+    }
+
+    // MARK: History
+
+    /// The changes of a key (`exact`) or of every key under a prefix from revision `from` on:
+    /// first replayed from the journal, then live, in revision order, never twice, with no gaps.
+    /// If the journal no longer holds history that old (compaction) or was replaced, the stream
+    /// says so with ``HistoryEvent/resynced(revision:state:)`` and continues from that state.
+    ///
+    /// The stream ends when the task iterating it is cancelled or the client is closed.
+    /// - Parameters:
+    ///   - prefix: a key or prefix.
+    ///   - exact: only the key equal to `prefix`.
+    ///   - from: the first revision wanted; 0 or 1 for all retained history.
+    public func history(of prefix: String, exact: Bool = false, from revision: UInt64 = 0) -> AsyncThrowingStream<HistoryEvent, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<HistoryEvent, any Error>.makeStream()
+        if let problem = exact ? KeyPath.problem(key: prefix) : KeyPath.problem(prefix: prefix) {
+            continuation.finish(throwing: BeaconError(.invalidKey, "invalid key \"\(prefix)\": \(problem)", key: prefix))
+            return stream
+        }
+        let id = nextStreamID.wrappingAdd(1, ordering: .relaxed).oldValue
+        continuation.onTermination = { [engine] termination in
+            if case .cancelled = termination { engine.submit(.cancelHistory(id: id)) }
+        }
+        engine.submit(.history(HistoryRequest(id: id, prefix: prefix, exact: exact, fromRevision: revision, continuation: continuation)))
+        return stream
+    }
+}
+
+/// The queue between the I/O thread and the delivery context.
+private final class Inbox: @unchecked Sendable {
+    private let updates = Mutex<[GraphUpdate]>([])
+    /// Set once at client creation, before the I/O thread starts.
+    var wake: @Sendable () -> Void = {}
+
+    func post(_ update: GraphUpdate) {
+        let wasEmpty = updates.withLock { updates -> Bool in
+            updates.append(update)
+            return updates.count == 1
+        }
+        if wasEmpty { wake() }
+    }
+
+    /// Applies every waiting update in one batch, then runs the completions among them.
+    func drain(into graph: MirrorGraph) {
+        let taken = updates.withLock { updates -> [GraphUpdate] in
+            defer { updates.removeAll(keepingCapacity: true) }
+            return updates
+        }
+        guard !taken.isEmpty else { return }
+        var completions: [@Sendable () -> Void] = []
+        batch {
+            for update in taken {
+                if case .completion(let complete) = update { completions.append(complete) }
+                graph.apply(update)
+            }
+        }
+        for complete in completions { complete() }
+    }
+}
+
+/// Carries the graph to its delivery queue; the graph is only ever touched there.
+private struct UncheckedGraph: @unchecked Sendable {
+    let graph: MirrorGraph
+    init(_ graph: MirrorGraph) { self.graph = graph }
+}

@@ -1,0 +1,86 @@
+import BeaconProtocol
+
+/// Why a Beacon client operation failed.
+///
+/// `code` says what went wrong in a way a program can act on; `message` says it for a person.
+/// Errors the daemon returned carry its code (`versionConflict`, `notFound`, …); errors of the
+/// client itself are `unreachable`, `typeMismatch`, `encoding` and `closed`.
+public struct BeaconError: Error, Sendable, CustomStringConvertible {
+    /// A kind of failure.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// A short name, such as `version-conflict`.
+        public let name: String
+
+        init(_ name: String) { self.name = name }
+
+        /// The key or prefix is not valid (proto/PROTOCOL.md §3.1).
+        public static let invalidKey = Code("invalid-key")
+        /// The value is not valid (missing, nested too deep).
+        public static let invalidValue = Code("invalid-value")
+        /// The encoded value exceeds the daemon's limit.
+        public static let valueTooLarge = Code("value-too-large")
+        /// The key does not exist.
+        public static let notFound = Code("not-found")
+        /// A compare-and-set found another version (`currentVersion`).
+        public static let versionConflict = Code("version-conflict")
+        /// A create-only write found the key existing (`currentVersion`).
+        public static let alreadyExists = Code("already-exists")
+        /// History before the requested revision was compacted.
+        public static let compacted = Code("compacted")
+        /// The daemon cannot write its journal now; reads still work.
+        public static let readOnly = Code("read-only")
+        /// The request was refused for another reason the daemon named.
+        public static let rejected = Code("rejected")
+        /// The daemon did not answer in time; a write may or may not have been committed.
+        public static let unreachable = Code("unreachable")
+        /// A value from the daemon does not decode as the Swift type asked for.
+        public static let typeMismatch = Code("type-mismatch")
+        /// A Swift value could not be encoded as a Beacon value.
+        public static let encoding = Code("encoding")
+        /// The client was closed.
+        public static let closed = Code("closed")
+
+        public var description: String { name }
+    }
+
+    /// What went wrong.
+    public var code: Code
+    /// What went wrong, for a person.
+    public var message: String
+    /// The key concerned, if any.
+    public var key: String?
+    /// For `versionConflict` and `alreadyExists`: the key's version at the daemon.
+    public var currentVersion: UInt64?
+    /// For a failed transaction: the index of the operation that failed.
+    public var operationIndex: Int?
+    /// The error underneath (a `DecodingError`, an `EncodingError`), if any.
+    public var underlying: (any Error & Sendable)?
+
+    /// Creates an error.
+    public init(_ code: Code, _ message: String, key: String? = nil, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.key = key
+        self.underlying = underlying
+    }
+
+    public var description: String { "\(code): \(message)" }
+
+    /// The client's error for a daemon's error reply.
+    init(reply error: Beacon_V1_Error, operationCount: Int) {
+        let code: Code = switch error.code {
+        case .invalidKey: .invalidKey
+        case .invalidValue: .invalidValue
+        case .valueTooLarge: .valueTooLarge
+        case .notFound: .notFound
+        case .versionConflict: .versionConflict
+        case .alreadyExists: .alreadyExists
+        case .compacted: .compacted
+        case .readOnly: .readOnly
+        default: .rejected
+        }
+        self.init(code, error.message, key: error.key.isEmpty ? nil : error.key)
+        if code == .versionConflict || code == .alreadyExists { currentVersion = error.currentVersion }
+        if operationCount > 1 { operationIndex = Int(error.opIndex) }
+    }
+}

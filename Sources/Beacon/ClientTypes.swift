@@ -1,0 +1,155 @@
+import BeaconProtocol
+import Foundation
+
+/// How the client as a whole stands with the daemon.
+public enum ConnectionState: Sendable, Equatable, CustomStringConvertible {
+    /// Nothing heard from the daemon yet (it may not be running).
+    case connecting
+    /// The daemon answers; some mirror is taking its first snapshot or repairing a gap.
+    case syncing
+    /// Every mirror holds the daemon's state and heartbeats arrive.
+    case live
+    /// Heartbeats stopped (daemon down, connection lost): mirrors show the last known values.
+    case stale
+
+    public var description: String {
+        switch self {
+        case .connecting: "connecting"
+        case .syncing: "syncing"
+        case .live: "live"
+        case .stale: "stale"
+        }
+    }
+}
+
+/// What a committed write did.
+public struct WriteResult: Sendable, Equatable {
+    /// The revision the write committed at; the writer's own mirrors are at or past it.
+    public var revision: UInt64
+    /// Per operation, the key's version after it (0 for a delete).
+    public var versions: [UInt64]
+    /// Whether the daemon had already committed this write (a retry); the result is the first one's.
+    public var replayed: Bool
+}
+
+/// One operation of a multi-key transaction (``BeaconClient/transaction(_:)``).
+public struct TransactionOperation: Sendable {
+    let op: Beacon_V1_TxnOp
+    let key: String
+
+    /// Writes `value` to `key`.
+    /// - Parameters:
+    ///   - ifVersion: apply only if the key's version equals this (0: the key must not exist).
+    ///   - ttl: delete the key this long after the transaction.
+    /// - Throws: ``BeaconError`` with `.encoding` when the value cannot be encoded.
+    public static func set<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64? = nil,
+                                             ttl: Duration? = nil) throws(BeaconError) -> TransactionOperation {
+        let put = try Beacon_V1_Put.make(key, value, ifVersion: ifVersion, createOnly: false, ttl: ttl)
+        return TransactionOperation(op: .with { $0.op = .put(put) }, key: key)
+    }
+
+    /// Deletes `key` (which must exist).
+    /// - Parameter ifVersion: apply only if the key's version equals this.
+    public static func delete(_ key: String, ifVersion: UInt64? = nil) -> TransactionOperation {
+        var delete = Beacon_V1_Delete()
+        delete.key = key
+        if let ifVersion { delete.ifVersion = ifVersion }
+        return TransactionOperation(op: .with { $0.op = .delete(delete) }, key: key)
+    }
+}
+
+/// One change from the journal, as a history stream delivers it.
+public struct KeyChange: Sendable, Equatable {
+    /// What happened to the key.
+    public enum Kind: Sendable, Equatable {
+        /// Written.
+        case set
+        /// Deleted by a client.
+        case delete
+        /// Deleted because its TTL ran out (or its writer's session ended).
+        case expire
+    }
+
+    /// The key.
+    public var key: String { event.change.key }
+    /// What happened.
+    public var kind: Kind {
+        switch event.change.kind {
+        case .put: .set
+        case .delete: .delete
+        default: .expire
+        }
+    }
+    /// The revision of the change.
+    public var revision: UInt64 { event.revision }
+    /// The change's index within its revision, and the revision's number of changes.
+    public var part: (index: Int, of: Int) { (Int(event.part), Int(event.parts)) }
+    /// The key's version after the change (0 after a delete).
+    public var version: UInt64 { event.change.version }
+    /// When the daemon committed the change.
+    public var timestamp: Date { Date(timeIntervalSince1970: Double(event.timestampMs) / 1000) }
+    /// The value written, as compact JSON (`null` for deletes).
+    public var jsonValue: String { event.change.hasValue ? event.change.value.jsonText : "null" }
+
+    let event: Beacon_V1_Event
+
+    init(_ event: Beacon_V1_Event) { self.event = event }
+
+    /// The value written, decoded as `type`.
+    /// - Throws: ``BeaconError`` with `.typeMismatch` (or `.notFound` for a deletion).
+    public func value<Value: Decodable>(as type: Value.Type) throws(BeaconError) -> Value {
+        guard kind == .set else { throw BeaconError(.notFound, "\(key) was deleted at revision \(revision)", key: key) }
+        return try decodeValue(type, from: event.change.value, key: key)
+    }
+
+    public static func == (lhs: KeyChange, rhs: KeyChange) -> Bool { lhs.event == rhs.event }
+}
+
+/// What a history stream (``BeaconClient/history(of:exact:from:)``) delivers.
+public enum HistoryEvent: Sendable, Equatable {
+    /// One change, in revision order, never twice, with no gaps.
+    case change(KeyChange)
+    /// History before the requested revision was compacted away (or the journal was replaced):
+    /// here is the state at `revision` instead, and changes after it follow.
+    case resynced(revision: UInt64, state: [KeyChange])
+}
+
+func decodeValue<Value: Decodable>(_ type: Value.Type, from value: Beacon_V1_Value, key: String) throws(BeaconError) -> Value {
+    do {
+        return try ValueDecoder().decode(type, from: value)
+    } catch {
+        throw BeaconError(.typeMismatch, "\(key) holds \(value.jsonText), which is not a \(Value.self): \(describe(error))",
+                          key: key, underlying: error as? DecodingError)
+    }
+}
+
+private func describe(_ error: any Error) -> String {
+    guard let error = error as? DecodingError else { return "\(error)" }
+    switch error {
+    case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context), .dataCorrupted(let context):
+        let path = context.codingPath.map(\.stringValue).joined(separator: ".")
+        return path.isEmpty ? context.debugDescription : "\(path): \(context.debugDescription)"
+    @unknown default:
+        return "\(error)"
+    }
+}
+
+extension Beacon_V1_Put {
+    static func make<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64?, createOnly: Bool,
+                                       ttl: Duration?) throws(BeaconError) -> Beacon_V1_Put {
+        var put = Beacon_V1_Put()
+        put.key = key
+        do {
+            put.value = try ValueEncoder().encode(value)
+        } catch {
+            throw BeaconError(.encoding, "cannot encode a \(Value.self) for \(key): \(error)", key: key, underlying: error as? EncodingError)
+        }
+        if let ifVersion { put.ifVersion = ifVersion }
+        put.createOnly = createOnly
+        if let ttl {
+            let (seconds, attoseconds) = ttl.components
+            put.ttlMs = UInt64(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))
+        }
+        return put
+    }
+}

@@ -1,0 +1,93 @@
+import BeaconProtocol
+
+/// A write between its first send and its completion.
+final class PendingWrite {
+    let id: UInt64
+    let request: WriteRequest
+    /// After this, the write fails with `.unreachable` (or, once committed, completes anyway).
+    let deadline: UInt64
+    /// When to send it again if no reply came (same request id, same write id).
+    var nextAttempt: UInt64
+    /// The daemon's answer, once it came.
+    var result: WriteResult?
+    var repliedAt: UInt64 = 0
+    var repairAsked = false
+
+    init(id: UInt64, request: WriteRequest, now: UInt64, timeout: UInt64, retry: UInt64) {
+        self.id = id
+        self.request = request
+        deadline = now + timeout
+        nextAttempt = now + retry
+    }
+}
+
+extension ClientEngine {
+    func send(_ request: WriteRequest) {
+        let now = ClientEngine.now()
+        let write = PendingWrite(id: nextID(), request: request, now: now, timeout: configuration.writeTimeoutMilliseconds,
+                                 retry: configuration.requestTimeoutMilliseconds)
+        pendingWrites[write.id] = write
+        sendRequest(id: write.id, request.op)
+    }
+
+    /// A reply that is not the one a blocking call waits for: a write's.
+    func handle(_ reply: Beacon_V1_Reply) {
+        guard let write = pendingWrites.removeValue(forKey: reply.id) else { return }  // a late duplicate
+        switch reply.result {
+        case .write(let committed):
+            write.result = WriteResult(revision: committed.revision, versions: committed.versions, replayed: committed.replayed)
+            write.repliedAt = ClientEngine.now()
+            awaitingMirror.append(write)  // completed by the loop's next serviceWrites
+        case .error(let error):
+            write.request.complete(.failure(BeaconError(reply: error, operationCount: write.request.keys.count)))
+        default:
+            write.request.complete(.failure(BeaconError(.rejected, "the daemon answered a write with \(String(describing: reply.result))")))
+        }
+    }
+
+    /// Resends unanswered writes, fails those past their deadline, and completes committed ones
+    /// whose mirrors caught up.
+    func serviceWrites(now: UInt64) {
+        for write in pendingWrites.values {
+            if now >= write.deadline {
+                pendingWrites[write.id] = nil
+                write.request.complete(.failure(BeaconError(
+                    .unreachable,
+                    "no reply from beacond at \(configuration.requestEndpoint) within \(configuration.writeTimeoutMilliseconds) ms; the write may not have been committed (is beacond running?)",
+                    key: write.request.keys.first)))
+            } else if now >= write.nextAttempt {
+                write.nextAttempt = now + configuration.requestTimeoutMilliseconds
+                sendRequest(id: write.id, write.request.op)  // the write id makes the retry idempotent
+            }
+        }
+        completeCaughtUpWrites()
+    }
+
+    /// Read-your-writes: a committed write completes once every mirror that follows one of its
+    /// keys holds its revision, so the completion runs after the graph applied it.
+    private func completeCaughtUpWrites() {
+        guard !awaitingMirror.isEmpty else { return }
+        let now = ClientEngine.now()
+        var toRepair: [Follower] = []
+        awaitingMirror.removeAll { write in
+            guard let result = write.result else { return true }
+            let lagging = followers.values.filter { follower in
+                write.request.keys.contains { $0.utf8.starts(with: follower.prefix.utf8) }
+                    && (follower.needsSync || follower.sequencer.through < result.revision)
+            }
+            let stillHeld = held.first.map { $0.revision <= result.revision } ?? false
+            if lagging.isEmpty && !stillHeld || now >= write.deadline {
+                let complete = write.request.complete
+                post(.completion { complete(.success(result)) })
+                return true
+            }
+            if !write.repairAsked && now >= write.repliedAt + 100 {
+                // The diffs should have come before the reply; fetch them instead of waiting.
+                write.repairAsked = true
+                toRepair.append(contentsOf: lagging.filter { !$0.needsSync })
+            }
+            return false
+        }
+        for follower in toRepair { repair(follower) }
+    }
+}

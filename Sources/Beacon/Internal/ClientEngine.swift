@@ -1,0 +1,286 @@
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+import Synchronization
+
+/// The client's I/O thread: owns the ZeroMQ sockets, follows prefixes by the protocol's
+/// subscriber rules, sends writes (retrying with the same write id), and hands whole revisions
+/// to the graph through `deliver`.
+///
+/// Everything but ``submit(_:)`` and ``stop()`` runs on the I/O thread.
+final class ClientEngine: @unchecked Sendable {
+    let configuration: BeaconConfiguration
+    private let deliver: @Sendable (GraphUpdate) -> Void
+    private let commands = Mutex<[EngineCommand]>([])
+    private let stopping = Atomic<Bool>(false)
+    private let wakePipe: WakePipe
+    private let finished = DispatchSemaphore(value: 0)
+    private var thread: Thread?
+
+    // I/O-thread state.
+    var context: ZMQContext!
+    var dealer: ZMQSocket!
+    var subscriber: ZMQSocket!
+    private var nextRequestID: UInt64 = 1
+    /// Mirror followers by prefix.
+    var followers: [String: Follower] = [:]
+    /// History followers by stream id.
+    var histories: [Int: Follower] = [:]
+    /// The distinct lengths of followed prefixes, for matching a key to its followers.
+    var prefixLengths: [Int] = []
+    private var subscriptionCounts: [String: Int] = [:]
+    /// Revisions received but not yet handed to the graph, in increasing order.
+    var held: [HeldRevision] = []
+    /// The highest revision handed to the graph in ``mirrorEpoch``.
+    var releasedThrough: UInt64 = 0
+    /// The epoch the graph's mirrors belong to (0 before the first snapshot).
+    var mirrorEpoch: UInt64 = 0
+    /// Writes sent and not answered, by request id.
+    var pendingWrites: [UInt64: PendingWrite] = [:]
+    /// Writes answered and waiting for their mirrors to catch up.
+    var awaitingMirror: [PendingWrite] = []
+    /// When the daemon was last heard from (a publication or a reply), in ms of uptime.
+    var lastHeard: UInt64 = 0
+    /// Whether the last blocking request timed out (then syncs wait for a sign of life).
+    var daemonSilent = false
+    var nextSyncAttempt: UInt64 = 0
+    var heartbeatIntervalMs: UInt64 = 1000
+    private var connection = ConnectionState.connecting
+
+    init(configuration: BeaconConfiguration, deliver: @escaping @Sendable (GraphUpdate) -> Void) throws(BeaconError) {
+        self.configuration = configuration
+        self.deliver = deliver
+        do {
+            wakePipe = try WakePipe()
+        } catch {
+            throw BeaconError(.unreachable, "cannot create the client's wake pipe: \(error)")
+        }
+    }
+
+    /// Starts the I/O thread.
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            finished.signal()
+        }
+        thread.name = "beacon-client-io"
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Queues a command for the I/O thread; safe from any thread.
+    func submit(_ command: EngineCommand) {
+        commands.withLock { $0.append(command) }
+        wakePipe.wake()
+    }
+
+    /// Stops the I/O thread and waits for it; pending writes fail with `.closed`.
+    func stop() {
+        guard thread != nil, !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        wakePipe.wake()
+        finished.wait()
+    }
+
+    // MARK: Loop
+
+    private func run() {
+        do {
+            try openSockets()
+        } catch {
+            failEverything(BeaconError(.unreachable, "cannot open sockets: \(error)"))
+            return
+        }
+        let poller = ZMQPoller()
+        let dealerIndex = poller.add(dealer)
+        let subscriberIndex = poller.add(subscriber)
+        let wakeIndex = poller.add(fileDescriptor: wakePipe.fileDescriptor)
+        while !stopping.load(ordering: .acquiring) {
+            do {
+                try poller.poll(timeoutMilliseconds: pollTimeout())
+            } catch {
+                break
+            }
+            if poller.readyEvents(wakeIndex).contains(.readable) { wakePipe.drain() }
+            runCommands()
+            if poller.readyEvents(dealerIndex).contains(.readable) { drainReplies() }
+            if poller.readyEvents(subscriberIndex).contains(.readable) { drainPublications() }
+            let now = Self.now()
+            syncFollowers(now: now)
+            releaseHeld()
+            serviceWrites(now: now)
+            updateConnection(now: now)
+        }
+        failEverything(BeaconError(.closed, "the client was closed"))
+        dealer.close()
+        subscriber.close()
+        context.shutdown()
+    }
+
+    private func openSockets() throws(ZMQError) {
+        context = try ZMQContext()
+        dealer = try ZMQSocket(context, type: .dealer, linger: 0)
+        try dealer.setSendHighWaterMark(100_000)
+        try dealer.setReceiveHighWaterMark(100_000)
+        try dealer.connect(configuration.requestEndpoint)
+        subscriber = try ZMQSocket(context, type: .sub, linger: 0)
+        try subscriber.setReceiveHighWaterMark(configuration.receiveHighWaterMark)
+        try subscriber.connect(configuration.publishEndpoint)
+        try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
+    }
+
+    private func pollTimeout() -> Int {
+        let now = Self.now()
+        var deadline = now + 250
+        if followers.values.contains(where: \.needsSync) { deadline = min(deadline, max(nextSyncAttempt, now)) }
+        for write in pendingWrites.values { deadline = min(deadline, write.nextAttempt) }
+        if !awaitingMirror.isEmpty { deadline = min(deadline, now + 20) }
+        return Int(deadline > now ? deadline - now : 0)
+    }
+
+    private func runCommands() {
+        let pending = commands.withLock { commands -> [EngineCommand] in
+            defer { commands.removeAll() }
+            return commands
+        }
+        for command in pending {
+            switch command {
+            case .follow(let prefix): follow(prefix)
+            case .unfollow(let prefix): unfollow(prefix)
+            case .write(let request): send(request)
+            case .history(let request): startHistory(request)
+            case .cancelHistory(let id): stopHistory(id)
+            }
+        }
+    }
+
+    /// Milliseconds of monotonic time.
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds / 1_000_000 }
+
+    // MARK: Connection state
+
+    /// Whether heartbeats are overdue (three intervals, at least 300 ms).
+    var isSilent: Bool {
+        lastHeard == 0 || Self.now() > lastHeard + max(3 * heartbeatIntervalMs, 300)
+    }
+
+    private func updateConnection(now: UInt64) {
+        let state: ConnectionState
+        if lastHeard == 0 {
+            state = .connecting
+        } else if isSilent || daemonSilent {
+            state = .stale
+        } else if followers.values.contains(where: { $0.needsSync || !$0.synced }) {
+            state = .syncing
+        } else {
+            state = .live
+        }
+        if state != connection {
+            connection = state
+            deliver(.connection(state))
+        }
+    }
+
+    func heard() {
+        lastHeard = Self.now()
+        daemonSilent = false
+    }
+
+    func post(_ update: GraphUpdate) { deliver(update) }
+
+    // MARK: Subscriptions
+
+    func addSubscription(_ prefix: String) {
+        subscriptionCounts[prefix, default: 0] += 1
+        if subscriptionCounts[prefix] == 1 { try? subscriber.subscribe(Array(prefix.utf8)) }
+        recomputePrefixLengths()
+    }
+
+    func removeSubscription(_ prefix: String) {
+        guard let count = subscriptionCounts[prefix] else { return }
+        if count <= 1 {
+            subscriptionCounts[prefix] = nil
+            try? subscriber.unsubscribe(Array(prefix.utf8))
+        } else {
+            subscriptionCounts[prefix] = count - 1
+        }
+        recomputePrefixLengths()
+    }
+
+    private func recomputePrefixLengths() {
+        prefixLengths = Set(subscriptionCounts.keys.map(\.utf8.count)).sorted()
+    }
+
+    // MARK: Requests
+
+    func nextID() -> UInt64 {
+        defer { nextRequestID += 1 }
+        return nextRequestID
+    }
+
+    func sendRequest(id: UInt64, _ op: Beacon_V1_Request.OneOf_Op) {
+        var request = Beacon_V1_Request()
+        request.id = id
+        request.op = op
+        guard let body: [UInt8] = try? request.serializedBytes() else { return }
+        _ = try? dealer.send(body, flags: .dontWait)
+    }
+
+    /// Sends a request and waits for its reply, handing other replies to their writes meanwhile.
+    /// - Returns: the reply, or `nil` on timeout (the daemon is then considered silent).
+    func call(_ op: Beacon_V1_Request.OneOf_Op) -> Beacon_V1_Reply? {
+        let id = nextID()
+        sendRequest(id: id, op)
+        let deadline = Self.now() + configuration.requestTimeoutMilliseconds
+        let poller = ZMQPoller()
+        poller.add(dealer)
+        while true {
+            while let reply = receiveReply() {
+                if reply.id == id {
+                    heard()
+                    return reply
+                }
+                handle(reply)
+            }
+            let now = Self.now()
+            guard now < deadline, !stopping.load(ordering: .relaxed) else { break }
+            _ = try? poller.poll(timeoutMilliseconds: Int(min(deadline - now, 50)))
+        }
+        daemonSilent = true
+        return nil
+    }
+
+    private func receiveReply() -> Beacon_V1_Reply? {
+        while true {
+            guard let frames = try? dealer.receiveMessage(flags: .dontWait) else { return nil }
+            guard let body = frames.last, let reply = try? Beacon_V1_Reply(serializedBytes: body.bytes) else { continue }
+            return reply
+        }
+    }
+
+    private func drainReplies() {
+        while let reply = receiveReply() {
+            heard()
+            handle(reply)
+        }
+    }
+
+    // MARK: Shutdown
+
+    private func failEverything(_ error: BeaconError) {
+        for write in pendingWrites.values { write.request.complete(.failure(error)) }
+        pendingWrites.removeAll()
+        for write in awaitingMirror { write.request.complete(.failure(error)) }
+        awaitingMirror.removeAll()
+        for follower in histories.values { follower.history?.continuation.finish() }
+        histories.removeAll()
+        for command in commands.withLock({ commands in defer { commands.removeAll() }; return commands }) {
+            switch command {
+            case .write(let request): request.complete(.failure(error))
+            case .history(let request): request.continuation.finish()
+            default: break
+            }
+        }
+    }
+}

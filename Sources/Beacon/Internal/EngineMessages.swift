@@ -1,0 +1,49 @@
+import BeaconProtocol
+
+/// What the application's side asks of the I/O thread.
+enum EngineCommand: Sendable {
+    /// Mirror the keys under `prefix` (reference counted: one per mirror asking).
+    case follow(prefix: String)
+    /// One mirror of `prefix` is gone.
+    case unfollow(prefix: String)
+    /// Send a write and report its outcome.
+    case write(WriteRequest)
+    /// Start a history stream.
+    case history(HistoryRequest)
+    /// Stop a history stream.
+    case cancelHistory(id: Int)
+}
+
+/// A write on its way to the daemon.
+struct WriteRequest: Sendable {
+    var op: Beacon_V1_Request.OneOf_Op
+    /// The keys it writes: the mirrors that follow them must reflect the result before it returns.
+    var keys: [String]
+    /// Called once, from the graph's delivery context after the mirror caught up (success), or
+    /// from the I/O thread (failure).
+    var complete: @Sendable (Result<WriteResult, BeaconError>) -> Void
+}
+
+/// A history stream on its way to the I/O thread.
+struct HistoryRequest: Sendable {
+    var id: Int
+    var prefix: String
+    var exact: Bool
+    var fromRevision: UInt64
+    var continuation: AsyncThrowingStream<HistoryEvent, any Error>.Continuation
+}
+
+/// What the I/O thread hands to the graph, in order.
+enum GraphUpdate: Sendable {
+    /// One or more whole revisions of one epoch. `settled`: no change at or below it can still
+    /// arrive late (every mirror is complete through it).
+    case revision(epoch: UInt64, events: [Beacon_V1_Event], settled: UInt64)
+    /// The state under `prefix` at `revision` (a first sync or a resync).
+    case snapshot(prefix: String, epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue])
+    /// Whether the mirror of `prefix` holds the daemon's state (false while never synced).
+    case synced(prefix: String)
+    /// The client's connection state changed.
+    case connection(ConnectionState)
+    /// Run after the updates before it are applied (a write's completion).
+    case completion(@Sendable () -> Void)
+}
