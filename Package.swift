@@ -70,6 +70,10 @@ let package = Package(
         ]),
 
         .executableTarget(name: "beacon-signals-bench", dependencies: ["BeaconSignals"]),
+        // The README's example: a computed over two remote signals, printed from an effect.
+        .executableTarget(name: "beacon-example", dependencies: ["Beacon"]),
+        // A client process the end-to-end tests start, freeze and read.
+        .executableTarget(name: "beacon-client-probe", dependencies: ["Beacon"], path: "Tests/ClientProbe"),
 
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),

@@ -70,6 +70,13 @@ public final class BeaconClient: @unchecked Sendable {
         engine.stop()
     }
 
+    /// What the client has done so far; safe from any thread.
+    public var statistics: ClientStatistics {
+        ClientStatistics(repairs: engine.repairCount.load(ordering: .relaxed),
+                         resyncs: engine.resyncCount.load(ordering: .relaxed),
+                         revisions: engine.revisionCount.load(ordering: .relaxed))
+    }
+
     /// The client's connection state (a tracked read in the delivery context).
     public var connection: Signal<ConnectionState> { graph.connection.readOnly() }
 

@@ -22,6 +22,16 @@ public enum ConnectionState: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+/// Counters of a client's work, for monitoring and tests.
+public struct ClientStatistics: Sendable, Equatable {
+    /// Gaps (dropped publications, lost connections) repaired from the journal with a delta.
+    public var repairs: Int
+    /// Mirrors replaced by a snapshot after their first sync (new journal, compacted history).
+    public var resyncs: Int
+    /// Revisions handed to the mirrors.
+    public var revisions: Int
+}
+
 /// What a committed write did.
 public struct WriteResult: Sendable, Equatable {
     /// The revision the write committed at; the writer's own mirrors are at or past it.

@@ -1,4 +1,5 @@
 import Beacon
+import BeaconWire
 import Foundation
 import Testing
 
@@ -43,4 +44,106 @@ final class Recorder<Value>: @unchecked Sendable {
 
     func append(_ value: Value) { lock.withLock { values.append(value) } }
     var all: [Value] { lock.withLock { values } }
+}
+
+/// A `beacon-client-probe` process: a separate client whose output lines the test reads.
+final class ProbeProcess: @unchecked Sendable {
+    let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    private let lock = NSLock()
+    private var received: [String] = []
+    private var partial = Data()
+
+    init(runtimeDirectory: String, prefix: String, highWaterMark: Int32? = nil, pair: (String, String)? = nil) throws {
+        process.executableURL = URL(fileURLWithPath: try binary("beacon-client-probe"))
+        var arguments = ["--runtime-dir", runtimeDirectory, "--prefix", prefix]
+        if let highWaterMark { arguments += ["--hwm", "\(highWaterMark)"] }
+        if let pair { arguments += ["--pair", pair.0, pair.1] }
+        process.arguments = arguments
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        output.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            self?.take(handle.availableData)
+        }
+        try process.run()
+    }
+
+    private func take(_ data: Data) {
+        lock.withLock {
+            partial.append(data)
+            while let newline = partial.firstIndex(of: 0x0A) {
+                received.append(String(decoding: partial[partial.startIndex..<newline], as: UTF8.self))
+                partial.removeSubrange(partial.startIndex...newline)
+            }
+        }
+    }
+
+    /// Every line printed so far.
+    var lines: [String] { lock.withLock { received } }
+
+    /// The probe's mirror, connection state and repair/resync counts, freshly asked for.
+    func dump() async throws -> (state: [String: Int], connection: String, repairs: Int, resyncs: Int) {
+        let before = lines.filter { $0.hasPrefix("S ") }.count
+        input.fileHandleForWriting.write(Data("dump\n".utf8))
+        for _ in 0..<500 {
+            let answers = lines.filter { $0.hasPrefix("S ") }
+            if answers.count > before {
+                let fields = answers[before].split(separator: " ")
+                let state = try JSONSerialization.jsonObject(with: Data(fields[1].utf8)) as? [String: Int] ?? [:]
+                return (state, String(fields[2]), Int(fields[3]) ?? -1, Int(fields[4]) ?? -1)
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw ProbeError(message: "the probe did not answer dump")
+    }
+
+    /// Waits until the probe's mirror satisfies `condition`.
+    func waitForState(timeout: Duration = .seconds(30), _ condition: ([String: Int], String) -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let dump = try await dump()
+            if condition(dump.state, dump.connection) { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+
+    /// History lines as (revision, key, value or nil for deletions).
+    var history: [(revision: UInt64, key: String, value: Int?)] {
+        lines.compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count == 4, fields[0] == "H", let revision = UInt64(fields[1]) else { return nil }
+            return (revision, String(fields[2]), Int(fields[3]))
+        }
+    }
+
+    func stop() {
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+
+    struct ProbeError: Error { let message: String }
+}
+
+/// The daemon's live keys under `prefix` with integer values.
+func daemonState(_ client: WireClient, prefix: String) throws -> [String: Int] {
+    var state: [String: Int] = [:]
+    for kv in try client.snapshot(prefix: prefix).kvs { state[kv.key] = Int(kv.value.intValue) }
+    return state
+}
+
+/// Every change under `prefix` in the daemon's journal, in order.
+func daemonHistory(_ client: WireClient, prefix: String) throws -> [(revision: UInt64, key: String, value: Int?)] {
+    var events: [(revision: UInt64, key: String, value: Int?)] = []
+    var since: UInt64 = 0
+    while true {
+        let page = try client.delta(prefix: prefix, since: since)
+        for event in page.events {
+            events.append((event.revision, event.change.key, event.change.kind == .put ? Int(event.change.value.intValue) : nil))
+        }
+        since = page.revision
+        if !page.more { return events }
+    }
 }

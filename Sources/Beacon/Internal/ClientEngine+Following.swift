@@ -96,6 +96,7 @@ extension ClientEngine {
     func resync(_ follower: Follower) -> Bool {
         follower.needsSync = true
         follower.needsResync = true
+        if follower.synced { resyncCount.wrappingAdd(1, ordering: .relaxed) }
         guard let reply = call(.snapshot(.with { $0.prefix = follower.prefix })) else { return false }
         guard case .snapshot(let snapshot) = reply.result else {
             return true  // refused (the prefix was validated before): leave it unsynced
@@ -137,6 +138,7 @@ extension ClientEngine {
     @discardableResult
     func repair(_ follower: Follower) -> Bool {
         follower.needsSync = true
+        if follower.synced { repairCount.wrappingAdd(1, ordering: .relaxed) }
         while true {
             let since = follower.sequencer.through
             guard let reply = call(.delta(.with { $0.prefix = follower.prefix; $0.sinceRevision = since })) else { return false }
@@ -294,6 +296,7 @@ extension ClientEngine {
         }
         guard released > 0 else { return }
         held.removeFirst(released)
+        revisionCount.wrappingAdd(released, ordering: .relaxed)
         post(.revision(epoch: mirrorEpoch, events: events, settled: floor == .max ? releasedThrough : floor))
     }
 }

@@ -16,6 +16,10 @@ final class ClientEngine: @unchecked Sendable {
     private let stopping = Atomic<Bool>(false)
     private let wakePipe: WakePipe
     private let finished = DispatchSemaphore(value: 0)
+    /// Counters for ``BeaconClient/statistics``.
+    let repairCount = Atomic<Int>(0)
+    let resyncCount = Atomic<Int>(0)
+    let revisionCount = Atomic<Int>(0)
     private var thread: Thread?
 
     // I/O-thread state.

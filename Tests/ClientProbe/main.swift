@@ -1,0 +1,74 @@
+// beacon-client-probe: a Beacon client process for the end-to-end tests. It mirrors a prefix,
+// streams its history and (with --pair) runs an effect over two keys, printing one line per
+// event on stdout. Reading "dump" on stdin prints the mirror's state; end of input exits.
+//
+//   H <revision> <key> <json value, or - for a deletion>     one per history change
+//   R <revision>                                             history resynced at a revision
+//   E <a> <b>                                                one per effect run over --pair
+//   S <json object of the mirror> <connection> <repairs> <resyncs>   answer to "dump"
+import Beacon
+import Foundation
+
+var arguments = CommandLine.arguments.dropFirst()
+var runtimeDirectory = ""
+var prefix = ""
+var highWaterMark: Int32 = 1_000_000
+var pair: (String, String)?
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--runtime-dir": runtimeDirectory = arguments.popFirst() ?? ""
+    case "--prefix": prefix = arguments.popFirst() ?? ""
+    case "--hwm": highWaterMark = Int32(arguments.popFirst() ?? "") ?? highWaterMark
+    case "--pair": pair = (arguments.popFirst() ?? "", arguments.popFirst() ?? "")
+    default: FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!); exit(64)
+    }
+}
+
+var configuration = BeaconConfiguration(runtimeDirectory: runtimeDirectory)
+configuration.receiveHighWaterMark = highWaterMark
+configuration.requestTimeout = .milliseconds(500)
+let client = try BeaconClient(configuration: configuration)
+let map = try client.mirror(prefix: prefix, as: Int.self)
+var effects: [Effect] = []
+if let (first, second) = pair {
+    let a = try client.signal(first, as: Int.self, default: 0)
+    let b = try client.signal(second, as: Int.self, default: 0)
+    effects.append(effect { emit("E \(a.value) \(b.value)") })
+}
+
+let followedPrefix = prefix
+Thread.detachNewThread {
+    let stream = client.history(of: followedPrefix, from: 1)
+    Task {
+        for try await event in stream {
+            switch event {
+            case .change(let change):
+                emit("H \(change.revision) \(change.key) \(change.kind == .set ? change.jsonValue : "-")")
+            case .resynced(let revision, _):
+                emit("R \(revision)")
+            }
+        }
+    }
+}
+
+nonisolated(unsafe) let mirror = map
+Thread.detachNewThread {
+    while let line = readLine() {
+        guard line == "dump" else { continue }
+        DispatchQueue.main.async {
+            let state = mirror.peek()
+            let object = Dictionary(uniqueKeysWithValues: state.map { ($0.key, $0.value) })
+            let data = try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
+            let statistics = client.statistics
+            emit("S \(String(decoding: data, as: UTF8.self)) \(client.connection.peek()) \(statistics.repairs) \(statistics.resyncs)")
+        }
+    }
+    exit(0)
+}
+
+dispatchMain()
+
+/// Writes one line to standard output at once (no buffering: another process reads it live).
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
