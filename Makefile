@@ -7,7 +7,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
+	@echo "make bench-client  client library: write-to-effect latency, mirror throughput, memory"
 	@echo "make install       install binaries, unit and config (PREFIX, DESTDIR honoured)"
 	@echo "make proto         regenerate Swift code from proto/*.proto"
 
@@ -48,7 +49,7 @@ test: deps
 test-race: deps
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 
-bench: bench-core bench-daemon
+bench: bench-core bench-daemon bench-client
 
 bench-core:
 	$(SWIFT) build -c release --product beacon-signals-bench
@@ -56,6 +57,9 @@ bench-core:
 
 bench-daemon: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" daemon
+
+bench-client: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" client
 
 install: release
 	@bin="$$($(SWIFT) build -c release --show-bin-path)"; \

@@ -65,7 +65,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "beacon-bench", dependencies: [
-            "BeaconWire", "BeaconZMQ", "BeaconProtocol",
+            "Beacon", "BeaconWire", "BeaconZMQ", "BeaconProtocol",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 

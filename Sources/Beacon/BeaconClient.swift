@@ -225,12 +225,14 @@ public final class BeaconClient: @unchecked Sendable {
 
 /// The queue between the I/O thread and the delivery context.
 private final class Inbox: @unchecked Sendable {
-    private let updates = Mutex<[GraphUpdate]>([])
+    // NSLock rather than Mutex: ThreadSanitizer sees pthread locks, not the stdlib's futex.
+    private let lock = NSLock()
+    private var updates: [GraphUpdate] = []
     /// Set once at client creation, before the I/O thread starts.
     var wake: @Sendable () -> Void = {}
 
     func post(_ update: GraphUpdate) {
-        let wasEmpty = updates.withLock { updates -> Bool in
+        let wasEmpty = lock.withLock {
             updates.append(update)
             return updates.count == 1
         }
@@ -239,7 +241,7 @@ private final class Inbox: @unchecked Sendable {
 
     /// Applies every waiting update in one batch, then runs the completions among them.
     func drain(into graph: MirrorGraph) {
-        let taken = updates.withLock { updates -> [GraphUpdate] in
+        let taken = lock.withLock {
             defer { updates.removeAll(keepingCapacity: true) }
             return updates
         }

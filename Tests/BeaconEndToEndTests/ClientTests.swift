@@ -48,4 +48,149 @@ struct ClientTests {
         test.onQueue { effectHandle.dispose() }
         test.client.close()
     }
+
+    struct Link: Codable, Equatable, Sendable {
+        var name: String
+        var up: Bool
+        var speeds: [Int]
+        var note: String?
+        var raw: Data
+        var nested: [String: [Double]]
+    }
+
+    @Test func codableValuesRoundTripAndAMismatchIsATypedError() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        let fallback = Link(name: "", up: false, speeds: [], note: nil, raw: Data(), nested: [:])
+        let (link, count) = try test.onQueue {
+            (try test.client.signal("net.link", default: fallback), try test.client.signal("net.count", as: Int.self, default: -1))
+        }
+        let written = Link(name: "eth0", up: true, speeds: [10, 100, 1000], note: nil, raw: Data([0, 1, 255]), nested: ["a": [1.5, 2]])
+        try await test.client.set("net.link", written)
+        test.onQueue {
+            #expect(link.value == written)
+            #expect(link.error == nil)
+        }
+        // The daemon's copy is typed: a map with a list of ints and bytes.
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let stored = try wire.get("net.link").value
+        #expect(stored.mapValue.entries["speeds"]?.listValue.items.map(\.intValue) == [10, 100, 1000])
+        #expect(stored.mapValue.entries["raw"]?.bytesValue == Data([0, 1, 255]))
+
+        // Another process writes a value of the wrong type: a typed error, the default, no crash.
+        _ = try wire.put("net.count", .with { $0.stringValue = "many" })
+        await test.wait("for the bad value") { count.error != nil }
+        test.onQueue {
+            #expect(count.error?.code == .typeMismatch)
+            #expect(count.error?.key == "net.count")
+            #expect(count.value == -1)
+            #expect(throws: BeaconError.self) { try count.get() }
+        }
+        _ = try wire.put("net.count", .with { $0.intValue = 3 })
+        await test.wait("for the good value") { count.value == 3 && count.error == nil }
+        test.client.close()
+    }
+
+    @Test func aPrefixMirrorGainsAndLosesKeys() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try wire.put("dev.a", .with { $0.intValue = 1 })
+        _ = try wire.put("devx", .with { $0.intValue = 9 })  // not under "dev."
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        let keyLists = Recorder<[String]>()
+        let (map, watcher) = try test.onQueue {
+            let map = try test.client.mirror(prefix: "dev.", as: Int.self)
+            return (map, effect { keyLists.append(map.keys) })
+        }
+        await test.wait("for the snapshot") { map.value == ["dev.a": 1] && map.status == .live }
+        try await test.client.set("dev.b", 2)
+        try await test.client.set("dev.a", 5)  // a value change: keys unchanged
+        test.onQueue {
+            #expect(map.value == ["dev.a": 5, "dev.b": 2])
+            #expect(map["dev.a"] == 5)
+            #expect(map.count == 2)
+            #expect(map.metadata(of: "dev.a")?.version == 2)
+        }
+        try await test.client.delete("dev.a")
+        test.onQueue { #expect(map.value == ["dev.b": 2]) }
+        #expect(keyLists.all == [[], ["dev.a"], ["dev.a", "dev.b"], ["dev.b"]])
+        test.onQueue { watcher.dispose() }
+        test.client.close()
+    }
+
+    @Test func writesReportTheDaemonsRefusals() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        let first = try await test.client.create("w.key", "one")
+        #expect(first.versions == [1])
+        await #expect { try await test.client.create("w.key", "again") } throws: { error in
+            (error as? BeaconError)?.code == .alreadyExists && (error as? BeaconError)?.currentVersion == 1
+        }
+        let second = try await test.client.set("w.key", "two", ifVersion: 1)
+        #expect(second.versions == [2] && second.revision == first.revision + 1)
+        await #expect { try await test.client.set("w.key", "three", ifVersion: 1) } throws: { error in
+            (error as? BeaconError)?.code == .versionConflict && (error as? BeaconError)?.currentVersion == 2
+        }
+        await #expect { try await test.client.delete("w.absent") } throws: { ($0 as? BeaconError)?.code == .notFound }
+        await #expect { try await test.client.set("bad..key", 1) } throws: { ($0 as? BeaconError)?.code == .invalidKey }
+        #expect(throws: BeaconError.self) { try test.onQueue { try test.client.signal("", as: Int.self, default: 0) } }
+        // A failing transaction names its operation and applies nothing.
+        await #expect { try await test.client.transaction([.set("w.other", 1), .set("w.key", "x", ifVersion: 9)]) } throws: { error in
+            (error as? BeaconError)?.code == .versionConflict && (error as? BeaconError)?.operationIndex == 1
+        }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        #expect(throws: WireError.self) { try wire.get("w.other") }
+        test.client.close()
+    }
+
+    @Test func aKeyWithATimeToLiveExpiresInEveryMirror() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        let signal = try test.onQueue { try test.client.signal("ttl.key", as: Int.self, default: 0) }
+        try await test.client.set("ttl.key", 1, ttl: .milliseconds(1500))
+        test.onQueue { #expect(signal.value == 1) }
+        await test.wait("for the expiry") { signal.isDeleted }
+        test.client.close()
+    }
+
+    @Test func historyReplaysThenGoesLiveAndSaysWhenItWasCompacted() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        for i in 1...5 { try await test.client.set("h.a", i) }  // revisions 1...5
+        try await test.client.set("h.b", 0)                      // revision 6
+
+        // One key, from revision 3: replayed 3, 4, 5, then live.
+        var exact = test.client.history(of: "h.a", exact: true, from: 3).makeAsyncIterator()
+        for expected in 3...5 {
+            guard case .change(let change) = try await exact.next() else { Issue.record("expected a change"); return }
+            #expect(change.revision == UInt64(expected))
+            #expect(try change.value(as: Int.self) == expected)
+        }
+        try await test.client.set("h.b", 1)  // another key: not in this stream
+        try await test.client.delete("h.a")
+        guard case .change(let deletion) = try await exact.next() else { Issue.record("expected the deletion"); return }
+        #expect(deletion.kind == .delete && deletion.revision == 8)
+
+        // Compact through revision 7, then ask for history from 2: an explicit resync.
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try wire.call(.compact(.with { $0.revision = 7 }))
+        var compacted = test.client.history(of: "h.", from: 2).makeAsyncIterator()
+        guard case .resynced(let revision, let state) = try await compacted.next() else { Issue.record("expected a resync"); return }
+        #expect(revision == 8)
+        #expect(state.map(\.key) == ["h.b"])
+        try await test.client.set("h.c", 3)
+        guard case .change(let live) = try await compacted.next() else { Issue.record("expected a live change"); return }
+        #expect(live.key == "h.c" && live.revision == 9)
+        test.client.close()
+    }
 }

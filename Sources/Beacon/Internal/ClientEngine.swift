@@ -12,7 +12,9 @@ import Synchronization
 final class ClientEngine: @unchecked Sendable {
     let configuration: BeaconConfiguration
     private let deliver: @Sendable (GraphUpdate) -> Void
-    private let commands = Mutex<[EngineCommand]>([])
+    // NSLock rather than Mutex: ThreadSanitizer sees pthread locks, not the stdlib's futex.
+    private let commandLock = NSLock()
+    private var commands: [EngineCommand] = []
     private let stopping = Atomic<Bool>(false)
     private let wakePipe: WakePipe
     private let finished = DispatchSemaphore(value: 0)
@@ -76,7 +78,7 @@ final class ClientEngine: @unchecked Sendable {
 
     /// Queues a command for the I/O thread; safe from any thread.
     func submit(_ command: EngineCommand) {
-        commands.withLock { $0.append(command) }
+        commandLock.withLock { commands.append(command) }
         wakePipe.wake()
     }
 
@@ -119,7 +121,9 @@ final class ClientEngine: @unchecked Sendable {
         failEverything(BeaconError(.closed, "the client was closed"))
         dealer.close()
         subscriber.close()
-        context.shutdown()
+        dealer = nil
+        subscriber = nil
+        context = nil  // terminates the context: libzmq's threads are joined here, not at exit
     }
 
     private func openSockets() throws(ZMQError) {
@@ -144,10 +148,7 @@ final class ClientEngine: @unchecked Sendable {
     }
 
     private func runCommands() {
-        let pending = commands.withLock { commands -> [EngineCommand] in
-            defer { commands.removeAll() }
-            return commands
-        }
+        let pending = takeCommands()
         for command in pending {
             switch command {
             case .follow(let prefix): follow(prefix)
@@ -156,6 +157,13 @@ final class ClientEngine: @unchecked Sendable {
             case .history(let request): startHistory(request)
             case .cancelHistory(let id): stopHistory(id)
             }
+        }
+    }
+
+    private func takeCommands() -> [EngineCommand] {
+        commandLock.withLock {
+            defer { commands.removeAll() }
+            return commands
         }
     }
 
@@ -279,7 +287,7 @@ final class ClientEngine: @unchecked Sendable {
         awaitingMirror.removeAll()
         for follower in histories.values { follower.history?.continuation.finish() }
         histories.removeAll()
-        for command in commands.withLock({ commands in defer { commands.removeAll() }; return commands }) {
+        for command in takeCommands() {
             switch command {
             case .write(let request): request.complete(.failure(error))
             case .history(let request): request.continuation.finish()

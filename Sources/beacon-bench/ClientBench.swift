@@ -1,0 +1,249 @@
+import ArgumentParser
+import Beacon
+import BeaconProtocol
+import BeaconWire
+import Foundation
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
+func monotonicNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+/// The resident set size of this process, in bytes.
+func residentBytes() -> Int {
+    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = statm.split(separator: " ")
+    return (fields.count > 1 ? Int(fields[1]) ?? 0 : 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+struct ClientBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "client",
+        abstract: "Write-to-effect latency across processes, mirror throughput with 1/8/32 subscriber processes, mirror memory.")
+
+    @Option(help: "Latency samples (one write at a time, 200 µs apart).") var samples = 3_000
+    @Option(help: "Writes per throughput run.") var writes = 100_000
+    @Option(help: "Distinct keys written in the throughput runs.") var keys = 1_000
+    @Option(help: "Subscriber process counts for the throughput runs.") var subscribers: [Int] = [1, 8, 32]
+    @Option(help: "Keys in the memory run.") var memoryKeys = 100_000
+
+    func run() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        print("beacon-bench client: Beacon client library in separate processes against a release beacond, ipc")
+        let rawOneWay = percentile(try RawZMQ.oneWayLatencies(samples: 5_000, directory: directory).sorted(), 0.5)
+        let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+        defer { daemon.stop() }
+        let writer = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let commit = percentile(try serialCommitLatencies(writer).sorted(), 0.5)
+
+        // Latency: a write in this process, an effect in another.
+        let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency", "--samples", "\(samples)"])
+        try latencyProbe.waitFor("READY")
+        for _ in 0..<samples {
+            _ = try writer.put("bench.lat", .with { $0.intValue = Int64(monotonicNanoseconds()) })
+            usleep(200)
+        }
+        let latency = try latencyProbe.waitFor("LAT").split(separator: " ").dropFirst().compactMap { Double($0) }
+        latencyProbe.stop()
+
+        print("")
+        print("| figure | value | vs target |")
+        print("| --- | --- | --- |")
+        print("| raw libzmq one-way latency, p50 | \(String(format: "%.1f µs", rawOneWay)) | |")
+        print("| one journaled write, request → reply, p50 | \(String(format: "%.1f µs", commit)) | |")
+        let bound = 3 * rawOneWay + commit
+        print("| write → effect in another process, p50 | \(String(format: "%.1f µs", latency[0])) | target ≤ 3×one-way + commit = \(String(format: "%.1f µs", bound)): \(latency[0] <= bound ? "met" : "NOT met") |")
+        print("| write → effect in another process, p99 | \(String(format: "%.1f µs", latency[1])) | |")
+        print("| write → effect in another process, p99.9 | \(String(format: "%.1f µs", latency[2])) | |")
+
+        for count in subscribers {
+            let result = try throughput(daemon: daemon, writer: writer, subscriberCount: count)
+            print("| \(count) subscriber process\(count == 1 ? "" : "es"): writes committed | \(format(result.writeRate))/s | |")
+            print("| \(count) subscriber process\(count == 1 ? "" : "es"): updates into each mirror (slowest) | \(format(result.mirrorRate))/s | target ≥ 250 k/s: \(result.mirrorRate >= 250_000 ? "met" : "NOT met") |")
+        }
+
+        let memory = try mirrorMemory(daemon: daemon, writer: writer)
+        print("| mirror of \(memoryKeys) keys (64-byte string values), client RSS growth | \(String(format: "%.1f MB", memory / 1_000_000)) | target < 100 MB: \(memory < 100_000_000 ? "met" : "NOT met") |")
+    }
+
+    private func serialCommitLatencies(_ writer: WireClient) throws -> [Double] {
+        try (0..<2_000).map { i in
+            let start = monotonicNanoseconds()
+            _ = try writer.put("bench.commit", .with { $0.intValue = Int64(i) })
+            return Double(monotonicNanoseconds() - start) / 1000
+        }
+    }
+
+    /// Floods `writes` pipelined puts under `bench.t.`; every subscriber mirrors the prefix and
+    /// reports when it has applied the last one.
+    private func throughput(daemon: DaemonUnderTest, writer: WireClient, subscriberCount: Int) throws -> (writeRate: Double, mirrorRate: Double) {
+        let prefix = "bench.t\(subscriberCount)."
+        let probes = try (0..<subscriberCount).map { _ in
+            try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "mirror", "--prefix", prefix])
+        }
+        defer { probes.forEach { $0.stop() } }
+        for probe in probes { try probe.waitFor("READY") }
+        let start = monotonicNanoseconds()
+        var outstanding = 0
+        for i in 0..<writes {
+            let key = i == writes - 1 ? prefix + "done" : prefix + "k\(i % keys)"
+            _ = try writer.send(.put(.with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } }))
+            outstanding += 1
+            while outstanding > 5_000, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
+        }
+        while outstanding > 0, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
+        let committed = monotonicNanoseconds()
+        let finishes = try probes.map { try $0.waitFor("DONE", timeout: 300).split(separator: " ") }
+        let slowest = finishes.compactMap { UInt64($0[1]) }.max() ?? committed
+        let applied = finishes.compactMap { Int($0[2]) }.min() ?? 0
+        if applied != min(writes, keys + 1) {
+            print("warning: a mirror holds \(applied) keys, expected \(min(writes, keys + 1))")
+        }
+        return (Double(writes) / (Double(committed - start) / 1e9), Double(writes) / (Double(slowest - start) / 1e9))
+    }
+
+    private func mirrorMemory(daemon: DaemonUnderTest, writer: WireClient) throws -> Double {
+        let prefix = "bench.m."
+        let value = Beacon_V1_Value.with { $0.stringValue = String(repeating: "v", count: 64) }
+        var outstanding = 0
+        for i in 0..<memoryKeys {
+            _ = try writer.send(.put(.with { $0.key = prefix + "k\(i)"; $0.value = value }))
+            outstanding += 1
+            while outstanding > 5_000, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
+        }
+        while outstanding > 0, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
+        let probe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory,
+                                          arguments: ["--mode", "memory", "--prefix", prefix, "--count", "\(memoryKeys)"])
+        defer { probe.stop() }
+        let fields = try probe.waitFor("MEM", timeout: 120).split(separator: " ")
+        return Double(fields[1]) ?? .nan
+    }
+}
+
+/// One `beacon-bench client-subscriber` child process and its output lines.
+final class SubscriberProcess: @unchecked Sendable {
+    private let process = Process()
+    private let output = Pipe()
+    private let lock = NSLock()
+    private var lines: [String] = []
+    private var partial = Data()
+
+    init(runtimeDirectory: String, arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        process.arguments = ["client-subscriber", "--runtime-dir", runtimeDirectory] + arguments
+        process.standardOutput = output
+        output.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            guard let self else { return }
+            let data = handle.availableData
+            lock.withLock {
+                partial.append(data)
+                while let newline = partial.firstIndex(of: 0x0A) {
+                    lines.append(String(decoding: partial[partial.startIndex..<newline], as: UTF8.self))
+                    partial.removeSubrange(partial.startIndex...newline)
+                }
+            }
+        }
+        try process.run()
+    }
+
+    /// Waits for a line starting with `word` and returns it.
+    @discardableResult
+    func waitFor(_ word: String, timeout: Double = 60) throws -> String {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let line = lock.withLock({ lines.first { $0.hasPrefix(word) } }) { return line }
+            usleep(2_000)
+        }
+        throw ValidationError("a subscriber process did not print \(word) within \(Int(timeout)) s")
+    }
+
+    func stop() {
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+    }
+}
+
+/// The other end of ``ClientBench``: a Beacon client process that mirrors and reports.
+struct ClientSubscriber: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "client-subscriber", abstract: "A subscriber process started by `beacon-bench client`.", shouldDisplay: false)
+
+    @Option(help: "The daemon's runtime directory.") var runtimeDir: String
+    @Option(help: "latency, mirror or memory.") var mode: String
+    @Option(help: "The prefix mirrored (mirror, memory).") var prefix = ""
+    @Option(help: "Latency samples to collect.") var samples = 1_000
+    @Option(help: "Keys expected (memory).") var count = 0
+
+    func run() throws {
+        let baseline = residentBytes()
+        let client = try BeaconClient(runtimeDirectory: runtimeDir)
+        let subscriber = Subscriber(client: client, baseline: baseline)
+        switch mode {
+        case "latency": try subscriber.measureLatency(samples: samples)
+        case "mirror": try subscriber.mirror(prefix: prefix)
+        default: try subscriber.measureMemory(prefix: prefix, count: count)
+        }
+        dispatchMain()
+    }
+}
+
+/// State of a subscriber process, touched only on the main queue (the client's delivery queue).
+final class Subscriber: @unchecked Sendable {
+    let client: BeaconClient
+    let baseline: Int
+    var handles: [Effect] = []
+
+    init(client: BeaconClient, baseline: Int) {
+        self.client = client
+        self.baseline = baseline
+    }
+
+    func measureLatency(samples: Int) throws {
+        let sent = try client.signal("bench.lat", as: Int.self, default: 0)
+        var latencies: [Double] = []
+        var ready = false
+        handles.append(effect { [client] in
+            let stamp = sent.value
+            if !ready, client.connection.value == .live {
+                ready = true
+                emit("READY")
+            }
+            guard ready, stamp > 0 else { return }
+            latencies.append(Double(monotonicNanoseconds() - UInt64(stamp)) / 1000)
+            if latencies.count == samples {
+                let sorted = latencies.dropFirst(100).sorted()
+                emit("LAT \(percentile(sorted, 0.5)) \(percentile(sorted, 0.99)) \(percentile(sorted, 0.999))")
+            }
+        })
+    }
+
+    func mirror(prefix: String) throws {
+        let map = try client.mirror(prefix: prefix, as: Int.self)
+        let done = try client.signal(prefix + "done", as: Int.self, default: -1)
+        var ready = false
+        handles.append(effect { [client] in
+            if !ready, client.connection.value == .live, map.status == .live {
+                ready = true
+                emit("READY")
+            }
+            if done.value >= 0 {
+                emit("DONE \(monotonicNanoseconds()) \(map.count)")
+            }
+        })
+    }
+
+    func measureMemory(prefix: String, count: Int) throws {
+        let map = try client.mirror(prefix: prefix, as: String.self)
+        let baseline = baseline
+        handles.append(effect {
+            if map.count >= count { emit("MEM \(residentBytes() - baseline)") }
+        })
+    }
+}
+
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
