@@ -155,9 +155,16 @@ struct ClientTests {
         defer { daemon.stop() }
         let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
         let signal = try test.onQueue { try test.client.signal("ttl.key", as: Int.self, default: 0) }
-        try await test.client.set("ttl.key", 1, ttl: .milliseconds(1500))
-        test.onQueue { #expect(signal.value == 1) }
-        await test.wait("for the expiry") { signal.isDeleted }
+        let written = try await test.client.set("ttl.key", 1, ttl: .milliseconds(500))
+        await test.wait("for the expiry") { signal.isDeleted && signal.value == 0 }
+        // The journal says why: the write, then an expiry at the next revision.
+        var changes = test.client.history(of: "ttl.key", exact: true, from: 1).makeAsyncIterator()
+        guard case .change(let set) = try await changes.next(), case .change(let expiry) = try await changes.next() else {
+            Issue.record("expected two changes")
+            return
+        }
+        #expect(set.kind == .set && set.revision == written.revision)
+        #expect(expiry.kind == .expire && expiry.revision == written.revision + 1)
         test.client.close()
     }
 

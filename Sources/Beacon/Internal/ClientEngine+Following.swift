@@ -113,6 +113,7 @@ extension ClientEngine {
             }
             history.continuation.yield(.resynced(revision: snapshot.revision, state: state))
         } else {
+            flushOutgoing()  // what was released belongs before the snapshot, and to the old epoch
             if snapshot.epoch != mirrorEpoch {
                 if mirrorEpoch != 0 {  // the journal was replaced: every mirror starts over
                     held.removeAll()
@@ -182,6 +183,7 @@ extension ClientEngine {
             default:
                 if let diff = try? Beacon_V1_Diff(serializedBytes: body) { accept(diff) }
             }
+            if !held.isEmpty { releaseHeld() }
         }
     }
 
@@ -253,7 +255,7 @@ extension ClientEngine {
         if first.revision <= releasedThrough {
             // A repair filled in what this follower missed while later revisions went on: the
             // graph applies each key's change only if it is newer than what it holds.
-            post(.revision(epoch: mirrorEpoch, events: events, settled: settledRevision()))
+            outgoing.append(contentsOf: events)
             return
         }
         var index = held.count
@@ -271,32 +273,39 @@ extension ClientEngine {
 
     /// The revision every synced mirror is complete through.
     private func settledRevision() -> UInt64 {
-        followers.values.filter(\.synced).map(\.sequencer.through).min() ?? releasedThrough
+        var floor = UInt64.max
+        for follower in followers.values where follower.synced { floor = min(floor, follower.sequencer.through) }
+        return floor == .max ? releasedThrough : floor
     }
 
-    /// Hands every held revision that is complete for all mirrors to the graph, in order.
+    /// Moves every held revision that is complete for all mirrors, in order, to the outgoing
+    /// batch. A revision is complete when it has one change (all followers of that key saw the
+    /// same diff), when its commit marker was checked by every synced follower and none is
+    /// repairing, or when every synced follower is complete past it.
     func releaseHeld() {
-        guard !held.isEmpty else { return }
-        // A revision is complete for every mirror when it has one change (all followers of that
-        // key saw the same diff), when its commit marker was checked by every synced follower,
-        // or when every synced follower is complete past it.
-        var floor = UInt64.max
-        var someoneRepairing = false
-        for follower in followers.values where follower.synced {
-            floor = min(floor, follower.sequencer.through)
-            someoneRepairing = someoneRepairing || follower.needsSync
-        }
-        var events: [Beacon_V1_Event] = []
         var released = 0
+        var floor: UInt64?
         for revision in held {
-            guard revision.parts == 1 || (revision.markerSeen && !someoneRepairing) || revision.revision <= floor else { break }
-            events.append(contentsOf: revision.events)
+            if revision.parts != 1 {
+                let repairing = followers.values.contains { $0.synced && $0.needsSync }
+                if !(revision.markerSeen && !repairing) {
+                    if floor == nil { floor = settledRevision() }
+                    guard revision.revision <= floor! else { break }
+                }
+            }
+            outgoing.append(contentsOf: revision.events)
             releasedThrough = revision.revision
             released += 1
         }
         guard released > 0 else { return }
         held.removeFirst(released)
         revisionCount.wrappingAdd(released, ordering: .relaxed)
-        post(.revision(epoch: mirrorEpoch, events: events, settled: floor == .max ? releasedThrough : floor))
+    }
+
+    /// Hands the released revisions to the graph in one update.
+    func flushOutgoing() {
+        guard !outgoing.isEmpty else { return }
+        post(.revision(epoch: mirrorEpoch, events: outgoing, settled: settledRevision()))
+        outgoing.removeAll(keepingCapacity: true)
     }
 }

@@ -38,6 +38,8 @@ final class ClientEngine: @unchecked Sendable {
     private var subscriptionCounts: [String: Int] = [:]
     /// Revisions received but not yet handed to the graph, in increasing order.
     var held: [HeldRevision] = []
+    /// Released events not yet handed to the graph (one update per loop iteration).
+    var outgoing: [Beacon_V1_Event] = []
     /// The highest revision handed to the graph in ``mirrorEpoch``.
     var releasedThrough: UInt64 = 0
     /// The epoch the graph's mirrors belong to (0 before the first snapshot).
@@ -115,6 +117,7 @@ final class ClientEngine: @unchecked Sendable {
             let now = Self.now()
             syncFollowers(now: now)
             releaseHeld()
+            flushOutgoing()
             serviceWrites(now: now)
             updateConnection(now: now)
         }
