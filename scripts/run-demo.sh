@@ -24,6 +24,16 @@ sleep 0.3
 "$bin/beacon" delete demo.link
 wait $watcher
 sleep 0.7
+echo "== beacon-example, a process using the client library: area = width × height of two remote"
+echo "   signals, printed by an effect whenever another process writes them:"
+"$bin/beacon-example" &
+example=$!
+sleep 0.5
+"$bin/beacon" set demo.width 4 >/dev/null
+sleep 0.2
+"$bin/beacon" set demo.height 3 >/dev/null
+sleep 0.3
+kill $example; wait $example 2>/dev/null || true
 echo "== after the session key's TTL ran out:"
 "$bin/beacon" ls demo.
 echo "== journaled history of demo.:"

@@ -87,11 +87,6 @@ public final class RemoteMap<Value: Codable & Sendable>: Signal<[String: Value]>
 
     /// Whether the mirror is live, syncing or stale.
     public var status: RemoteStatus {
-        let synced = table.synced.value
-        return switch connection.value {
-        case .connecting: synced ? .stale : .connecting
-        case .syncing, .live: synced ? .live : .syncing
-        case .stale: .stale
-        }
+        RemoteStatus(synced: table.synced.value, connection: connection.value)
     }
 }

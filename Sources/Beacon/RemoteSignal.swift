@@ -22,6 +22,17 @@ public enum RemoteStatus: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+extension RemoteStatus {
+    /// A mirror's status from whether it ever synced and how the client stands.
+    init(synced: Bool, connection: ConnectionState) {
+        self = switch connection {
+        case .connecting: synced ? .stale : .connecting
+        case .syncing, .live: synced ? .live : .syncing
+        case .stale: .stale
+        }
+    }
+}
+
 /// A key's bookkeeping at the daemon, as mirrored.
 public struct RemoteMetadata: Sendable, Equatable {
     /// Whether the key exists (false before the first sync, and after a delete or expiry).
@@ -71,15 +82,7 @@ public final class RemoteSignal<Value: Codable & Sendable>: Signal<Value> {
                 return Decoded(value: defaultValue, error: error)
             }
         }
-        statusSignal = computed {
-            let synced = state.value.synced
-            return switch connection.value {
-            case .connecting: synced ? .stale : .connecting
-            case .syncing: synced ? .live : .syncing
-            case .live: synced ? .live : .syncing
-            case .stale: .stale
-            }
-        }
+        statusSignal = computed { RemoteStatus(synced: state.value.synced, connection: connection.value) }
         super.init()
     }
 

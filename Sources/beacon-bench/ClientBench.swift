@@ -40,13 +40,15 @@ struct ClientBench: ParsableCommand {
         let commit = percentile(try serialCommitLatencies(writer).sorted(), 0.5)
 
         // Latency: a write in this process, an effect in another.
-        let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency", "--samples", "\(samples)"])
+        let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency"])
         try latencyProbe.waitFor("READY")
         for _ in 0..<samples {
             _ = try writer.put("bench.lat", .with { $0.intValue = Int64(monotonicNanoseconds()) })
             usleep(200)
         }
+        _ = try writer.put("bench.lat", .with { $0.intValue = -1 })  // the end of the run
         let latency = try latencyProbe.waitFor("LAT").split(separator: " ").dropFirst().compactMap { Double($0) }
+        print("latency samples seen by the effect: \(Int(latency[3])) of \(samples) writes")
         latencyProbe.stop()
 
         print("")
@@ -192,7 +194,6 @@ struct ClientSubscriber: ParsableCommand {
     @Option(help: "The daemon's runtime directory.") var runtimeDir: String
     @Option(help: "latency, mirror or memory.") var mode: String
     @Option(help: "The prefix mirrored (mirror, memory).") var prefix = ""
-    @Option(help: "Latency samples to collect.") var samples = 1_000
     @Option(help: "Keys expected (memory).") var count = 0
 
     func run() throws {
@@ -200,7 +201,7 @@ struct ClientSubscriber: ParsableCommand {
         let client = try BeaconClient(runtimeDirectory: runtimeDir)
         let subscriber = Subscriber(client: client, baseline: baseline)
         switch mode {
-        case "latency": try subscriber.measureLatency(samples: samples)
+        case "latency": try subscriber.measureLatency()
         case "mirror": try subscriber.mirror(prefix: prefix)
         default: try subscriber.measureMemory(prefix: prefix, count: count)
         }
@@ -219,7 +220,7 @@ final class Subscriber: @unchecked Sendable {
         self.baseline = baseline
     }
 
-    func measureLatency(samples: Int) throws {
+    func measureLatency() throws {
         let sent = try client.signal("bench.lat", as: Int.self, default: 0)
         var latencies: [Double] = []
         var ready = false
@@ -229,12 +230,13 @@ final class Subscriber: @unchecked Sendable {
                 ready = true
                 emit("READY")
             }
-            guard ready, stamp > 0 else { return }
-            latencies.append(Double(monotonicNanoseconds() - UInt64(stamp)) / 1000)
-            if latencies.count == samples {
-                let sorted = latencies.dropFirst(100).sorted()
-                emit("LAT \(percentile(sorted, 0.5)) \(percentile(sorted, 0.99)) \(percentile(sorted, 0.999))")
+            guard ready, stamp != 0 else { return }
+            if stamp < 0 {  // end of the run; updates that arrived together counted once
+                let sorted = latencies.dropFirst(min(100, latencies.count / 10)).sorted()
+                emit("LAT \(percentile(sorted, 0.5)) \(percentile(sorted, 0.99)) \(percentile(sorted, 0.999)) \(latencies.count)")
+                return
             }
+            latencies.append(Double(monotonicNanoseconds() - UInt64(stamp)) / 1000)
         })
     }
 
