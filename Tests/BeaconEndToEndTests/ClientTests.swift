@@ -47,6 +47,8 @@ struct ClientTests {
         }
         test.onQueue { effectHandle.dispose() }
         test.client.close()
+        // A closed client refuses at once instead of leaving the caller waiting.
+        await #expect { try await test.client.set("demo.a", 1) } throws: { ($0 as? BeaconError)?.code == .closed }
     }
 
     struct Link: Codable, Equatable, Sendable {

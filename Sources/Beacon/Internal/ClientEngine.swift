@@ -15,6 +15,8 @@ final class ClientEngine: @unchecked Sendable {
     // NSLock rather than Mutex: ThreadSanitizer sees pthread locks, not the stdlib's futex.
     private let commandLock = NSLock()
     private var commands: [EngineCommand] = []
+    /// False once the I/O thread has ended: later commands are refused at once.
+    private var acceptsCommands = true
     private let stopping = Atomic<Bool>(false)
     private let wakePipe: WakePipe
     private let finished = DispatchSemaphore(value: 0)
@@ -80,8 +82,24 @@ final class ClientEngine: @unchecked Sendable {
 
     /// Queues a command for the I/O thread; safe from any thread.
     func submit(_ command: EngineCommand) {
-        commandLock.withLock { commands.append(command) }
-        wakePipe.wake()
+        let accepted = commandLock.withLock {
+            if !acceptsCommands { return false }
+            commands.append(command)
+            return true
+        }
+        if accepted {
+            wakePipe.wake()
+        } else {
+            Self.refuse(command, BeaconError(.closed, "the client was closed"))
+        }
+    }
+
+    private static func refuse(_ command: EngineCommand, _ error: BeaconError) {
+        switch command {
+        case .write(let request): request.complete(.failure(error))
+        case .history(let request): request.continuation.finish(throwing: error)
+        default: break
+        }
     }
 
     /// Stops the I/O thread and waits for it; pending writes fail with `.closed`.
@@ -290,12 +308,11 @@ final class ClientEngine: @unchecked Sendable {
         awaitingMirror.removeAll()
         for follower in histories.values { follower.history?.continuation.finish() }
         histories.removeAll()
-        for command in takeCommands() {
-            switch command {
-            case .write(let request): request.complete(.failure(error))
-            case .history(let request): request.continuation.finish()
-            default: break
-            }
+        let leftOver = commandLock.withLock {
+            acceptsCommands = false
+            defer { commands.removeAll() }
+            return commands
         }
+        for command in leftOver { Self.refuse(command, error) }
     }
 }
