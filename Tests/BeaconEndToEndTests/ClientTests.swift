@@ -202,4 +202,36 @@ struct ClientTests {
         #expect(live.key == "h.c" && live.revision == 9)
         test.client.close()
     }
+
+    @Test func manualDeliveryAppliesUpdatesOnlyWhenAsked() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let wakes = Recorder<Int>()
+        var configuration = BeaconConfiguration(runtimeDirectory: daemon.runtimeDirectory)
+        configuration.delivery = .manual(wake: { wakes.append(1) })
+        let client = try BeaconClient(configuration: configuration)
+        let owner = DispatchQueue(label: "owner")  // the domain that owns the signals
+        let signal = try owner.sync { try client.signal("m.key", as: Int.self, default: 0) }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try wire.put("m.key", .with { $0.intValue = 4 })
+        try await Task.sleep(for: .milliseconds(300))
+        // Updates are waiting (wake was called) but nothing changed in the owner's domain.
+        #expect(!wakes.all.isEmpty)
+        owner.sync {
+            #expect(signal.value == 0)
+            #expect(signal.status == .connecting)
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        var seen = 0
+        while ContinuousClock.now < deadline {
+            owner.sync { client.applyPendingUpdates() }
+            seen = owner.sync { signal.value }
+            if seen == 4 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(seen == 4)
+        #expect(!wakes.all.isEmpty)
+        client.close()
+    }
 }
