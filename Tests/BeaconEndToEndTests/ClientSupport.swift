@@ -25,7 +25,7 @@ final class TestClient: @unchecked Sendable {
 
     /// Waits until `condition` (evaluated on the delivery queue) holds; records an issue on timeout.
     @discardableResult
-    func wait(timeout: Duration = .seconds(10), _ what: String = "", sourceLocation: SourceLocation = #_sourceLocation,
+    func wait(timeout: Duration = .seconds(30), _ what: String = "", sourceLocation: SourceLocation = #_sourceLocation,
               until condition: () -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {

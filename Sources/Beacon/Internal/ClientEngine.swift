@@ -55,6 +55,8 @@ final class ClientEngine: @unchecked Sendable {
     /// Whether the last blocking request timed out (then syncs wait for a sign of life).
     var daemonSilent = false
     var nextSyncAttempt: UInt64 = 0
+    /// Blocking requests that timed out in a row (resets on an answer).
+    var consecutiveTimeouts = 0
     var heartbeatIntervalMs: UInt64 = 1000
     private var connection = ConnectionState.connecting
 
@@ -193,9 +195,10 @@ final class ClientEngine: @unchecked Sendable {
 
     // MARK: Connection state
 
-    /// Whether heartbeats are overdue (three intervals, at least 300 ms).
+    /// Whether heartbeats are overdue: three intervals, and at least a second, so that a busy
+    /// machine's scheduling jitter is not reported as a lost daemon.
     var isSilent: Bool {
-        lastHeard == 0 || Self.now() > lastHeard + max(3 * heartbeatIntervalMs, 300)
+        lastHeard == 0 || Self.now() > lastHeard + max(3 * heartbeatIntervalMs, 1000)
     }
 
     private func updateConnection(now: UInt64) {
@@ -265,13 +268,16 @@ final class ClientEngine: @unchecked Sendable {
     func call(_ op: Beacon_V1_Request.OneOf_Op) -> Beacon_V1_Reply? {
         let id = nextID()
         sendRequest(id: id, op)
-        let deadline = Self.now() + configuration.requestTimeoutMilliseconds
+        // A daemon slower than the timeout would never get a sync through: each timeout in a
+        // row doubles the next wait (up to 32 times the configured timeout).
+        let deadline = Self.now() + configuration.requestTimeoutMilliseconds << min(consecutiveTimeouts, 5)
         let poller = ZMQPoller()
         poller.add(dealer)
         while true {
             while let reply = receiveReply() {
                 if reply.id == id {
                     heard()
+                    consecutiveTimeouts = 0
                     return reply
                 }
                 handle(reply)
@@ -281,6 +287,7 @@ final class ClientEngine: @unchecked Sendable {
             _ = try? poller.poll(timeoutMilliseconds: Int(min(deadline - now, 50)))
         }
         daemonSilent = true
+        consecutiveTimeouts += 1
         return nil
     }
 
