@@ -2,7 +2,7 @@ import BeaconProtocol
 import Foundation
 
 /// How the client as a whole stands with the daemon.
-public enum ConnectionState: Sendable, Equatable, CustomStringConvertible {
+public enum ConnectionState: String, Sendable, Equatable, CustomStringConvertible {
     /// Nothing heard from the daemon yet (it may not be running).
     case connecting
     /// The daemon answers; some mirror is taking its first snapshot or repairing a gap.
@@ -12,14 +12,7 @@ public enum ConnectionState: Sendable, Equatable, CustomStringConvertible {
     /// Heartbeats stopped (daemon down, connection lost): mirrors show the last known values.
     case stale
 
-    public var description: String {
-        switch self {
-        case .connecting: "connecting"
-        case .syncing: "syncing"
-        case .live: "live"
-        case .stale: "stale"
-        }
-    }
+    public var description: String { rawValue }
 }
 
 /// Counters of a client's work, for monitoring and tests.

@@ -2,7 +2,7 @@ import BeaconProtocol
 import BeaconSignals
 
 /// How far a mirrored key can be trusted.
-public enum RemoteStatus: Sendable, Equatable, CustomStringConvertible {
+public enum RemoteStatus: String, Sendable, Equatable, CustomStringConvertible {
     /// The daemon has not been reached yet; the value is the default.
     case connecting
     /// The daemon answers; this key's first snapshot is on its way.
@@ -12,14 +12,7 @@ public enum RemoteStatus: Sendable, Equatable, CustomStringConvertible {
     /// The connection is lost: the value is the last one known and may be out of date.
     case stale
 
-    public var description: String {
-        switch self {
-        case .connecting: "connecting"
-        case .syncing: "syncing"
-        case .live: "live"
-        case .stale: "stale"
-        }
-    }
+    public var description: String { rawValue }
 }
 
 extension RemoteStatus {
