@@ -41,7 +41,7 @@ public final class RemoteMap<Value: Codable & Sendable>: Signal<[String: Value]>
         }
         do throws(BeaconError) {
             decoded[key] = try decodeValue(Value.self, from: kv.value, key: key)
-            decodeErrors[key] = nil
+            if !decodeErrors.isEmpty { decodeErrors[key] = nil }
         } catch {
             decoded[key] = nil
             decodeErrors[key] = error

@@ -13,15 +13,23 @@ struct ValueDecoder {
         return try T(from: ValueDecoding(value: value, codingPath: []))
     }
 
-    /// The common scalar types without building a decoder.
+    /// The common scalar types without building a decoder (and without a dynamic cast: the
+    /// type is compared first, so the bit cast is to the same type).
     private static func decodeScalar<T>(_ type: T.Type, from value: Beacon_V1_Value) -> T? {
         switch value.kind {
-        case .stringValue(let string) where T.self == String.self: string as? T
-        case .intValue(let int) where T.self == Int.self: Int(exactly: int) as? T
-        case .intValue(let int) where T.self == Int64.self: int as? T
-        case .doubleValue(let double) where T.self == Double.self: double as? T
-        case .boolValue(let bool) where T.self == Bool.self: bool as? T
-        default: nil
+        case .stringValue(let string) where T.self == String.self:
+            return unsafeBitCast(string, to: T.self)
+        case .intValue(let int) where T.self == Int.self:
+            guard let exact = Int(exactly: int) else { return nil }
+            return unsafeBitCast(exact, to: T.self)
+        case .intValue(let int) where T.self == Int64.self:
+            return unsafeBitCast(int, to: T.self)
+        case .doubleValue(let double) where T.self == Double.self:
+            return unsafeBitCast(double, to: T.self)
+        case .boolValue(let bool) where T.self == Bool.self:
+            return unsafeBitCast(bool, to: T.self)
+        default:
+            return nil
         }
     }
 }

@@ -236,7 +236,7 @@ extension ClientEngine {
             let prefix = length == utf8.count ? key : String(Substring(utf8.prefix(length)))
             if let follower = followers[prefix], !follower.needsSync { body(follower) }
         }
-        for follower in histories.values where !follower.needsSync && utf8.starts(with: follower.prefix.utf8) {
+        for follower in histories.values where !follower.needsSync && key.isUnder(follower.prefix) {
             body(follower)
         }
     }

@@ -72,7 +72,7 @@ extension ClientEngine {
         awaitingMirror.removeAll { write in
             guard let result = write.result else { return true }
             let lagging = followers.values.filter { follower in
-                write.request.keys.contains { $0.utf8.starts(with: follower.prefix.utf8) }
+                write.request.keys.contains { $0.isUnder(follower.prefix) }
                     && (follower.needsSync || follower.sequencer.through < result.revision)
             }
             let stillHeld = held.first.map { $0.revision <= result.revision } ?? false

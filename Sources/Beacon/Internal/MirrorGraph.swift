@@ -1,5 +1,6 @@
 import BeaconProtocol
 import BeaconSignals
+import Foundation
 
 /// What the graph knows of one mirrored key.
 struct KeyState {
@@ -43,14 +44,20 @@ final class PrefixTable {
     func apply(_ event: Beacon_V1_Event) -> (changed: Bool, membership: Bool) {
         let key = event.change.key
         guard event.revision > floor else { return (false, false) }
-        if let current = entries[key], current.modRevision >= event.revision { return (false, false) }
-        if let deleted = tombstones[key], deleted >= event.revision { return (false, false) }
+        if !tombstones.isEmpty, let deleted = tombstones[key], deleted >= event.revision { return (false, false) }
         if event.change.kind == .put {
             let kv = Beacon_V1_KeyValue.from(event)
-            let appeared = entries.updateValue(kv, forKey: key) == nil
-            tombstones[key] = nil
+            guard let previous = entries.updateValue(kv, forKey: key) else {
+                if !tombstones.isEmpty { tombstones[key] = nil }
+                for observer in observers { observer(key, kv) }
+                return (true, true)
+            }
+            if previous.modRevision >= event.revision {  // a late older change: keep what was there
+                entries[key] = previous
+                return (false, false)
+            }
             for observer in observers { observer(key, kv) }
-            return (true, appeared)
+            return (true, false)
         }
         tombstones[key] = event.revision
         guard entries.removeValue(forKey: key) != nil else { return (false, false) }
@@ -62,7 +69,7 @@ final class PrefixTable {
     func load(_ kvs: [Beacon_V1_KeyValue], epoch newEpoch: UInt64, revision: UInt64) -> (changed: Bool, membership: Bool) {
         var next: [String: Beacon_V1_KeyValue] = [:]
         next.reserveCapacity(kvs.count)
-        for kv in kvs where kv.key.utf8.starts(with: prefix.utf8) { next[kv.key] = kv }
+        for kv in kvs where kv.key.isUnder(prefix) { next[kv.key] = kv }
         if newEpoch == epoch {
             for (key, kv) in entries where kv.modRevision > revision { next[key] = kv }
             for (key, deleted) in tombstones where deleted > revision { next[key] = nil }
@@ -140,7 +147,7 @@ final class MirrorGraph {
                 let kv: Beacon_V1_KeyValue? = event.change.kind == .put ? .from(event) : nil
                 record.state.update { $0.kv = kv }
             }
-            for table in tables.values where table.epoch == epoch && key.utf8.starts(with: table.prefix.utf8) {
+            for table in tables.values where table.epoch == epoch && key.isUnder(table.prefix) {
                 let result = table.apply(event)
                 if result.changed {
                     let id = ObjectIdentifier(table)
@@ -157,7 +164,7 @@ final class MirrorGraph {
 
     private func load(prefix: String, epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue]) {
         self.epoch = epoch
-        let underPrefix = records.values.filter { $0.key.utf8.starts(with: prefix.utf8) }
+        let underPrefix = records.values.filter { $0.key.isUnder(prefix) }
         if !underPrefix.isEmpty {
             let byKey = Dictionary(kvs.map { ($0.key, $0) }, uniquingKeysWith: { $1 })
             for record in underPrefix where record.epoch != epoch || revision >= record.revision {
@@ -167,7 +174,7 @@ final class MirrorGraph {
                 record.state.update { $0.kv = kv; $0.synced = true }
             }
         }
-        for table in tables.values where table.prefix.utf8.starts(with: prefix.utf8) {
+        for table in tables.values where table.prefix.isUnder(prefix) {
             guard table.epoch != epoch || revision >= table.floor else { continue }
             let result = table.load(kvs, epoch: epoch, revision: revision)
             if result.changed { table.changes.update { $0 &+= 1 } }
@@ -189,5 +196,19 @@ extension Beacon_V1_KeyValue {
         kv.modRevision = event.revision
         kv.expiresAtMs = change.expiresAtMs
         return kv
+    }
+}
+
+extension String {
+    /// Whether the string's UTF-8 bytes start with `prefix`'s (Beacon's prefixes are byte prefixes).
+    func isUnder(_ prefix: String) -> Bool {
+        let count = prefix.utf8.count
+        guard count <= utf8.count else { return false }
+        if count == 0 { return true }
+        return utf8.withContiguousStorageIfAvailable { bytes in
+            prefix.utf8.withContiguousStorageIfAvailable { prefixBytes in
+                memcmp(bytes.baseAddress!, prefixBytes.baseAddress!, count) == 0
+            } ?? utf8.starts(with: prefix.utf8)
+        } ?? utf8.starts(with: prefix.utf8)
     }
 }
