@@ -33,6 +33,9 @@ public final class BeaconClient: @unchecked Sendable {
     private let inbox: Inbox
     private let graph = MirrorGraph()
     private let nextStreamID = Atomic<Int>(1)
+    /// This client's session: keys written with `boundToSession: true` are deleted by the daemon
+    /// when the session ends (``close()``, or no renewal for ``BeaconConfiguration/sessionTimeout``).
+    private let sessionID: Data
 
     /// Connects (in the background) to the daemon.
     /// - Parameter configuration: endpoints, delivery context and timeouts; by default the daemon
@@ -43,7 +46,8 @@ public final class BeaconClient: @unchecked Sendable {
         self.configuration = configuration
         let inbox = Inbox()
         self.inbox = inbox
-        engine = try ClientEngine(configuration: configuration) { update in inbox.post(update) }
+        sessionID = Self.randomID()
+        engine = try ClientEngine(configuration: configuration, sessionID: sessionID) { update in inbox.post(update) }
         let graph = graph
         let drain: @Sendable () -> Void = { [graph = UncheckedGraph(graph)] in inbox.drain(into: graph.graph) }
         switch configuration.delivery {
@@ -143,23 +147,32 @@ public final class BeaconClient: @unchecked Sendable {
     /// - Parameters:
     ///   - ifVersion: compare-and-set: apply only if the key's version is this (0: absent).
     ///   - ttl: the daemon deletes the key this long after the write.
+    ///   - boundToSession: the daemon deletes the key when this client's session ends: on
+    ///     ``close()``, or ``BeaconConfiguration/sessionTimeout`` after the process died or lost
+    ///     its connection. Another write to the key without it unbinds the key.
     /// - Returns: the committed revision and the key's new version.
     /// - Throws: ``BeaconError``: `.versionConflict`, `.invalidKey`, `.valueTooLarge`,
     ///   `.unreachable`, `.encoding`, …
     @discardableResult
-    public func set<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64? = nil,
-                                      ttl: Duration? = nil) async throws(BeaconError) -> WriteResult {
+    public func set<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64? = nil, ttl: Duration? = nil,
+                                      boundToSession: Bool = false) async throws(BeaconError) -> WriteResult {
         var put = try Beacon_V1_Put.make(key, value, ifVersion: ifVersion, createOnly: false, ttl: ttl)
-        put.writeID = Self.newWriteID()
-        return try await write(.put(put), keys: [key])
+        if boundToSession { put.session = sessionID }
+        put.writeID = Self.randomID()
+        return try await write(.put(put), keys: [key], bindsSession: boundToSession)
     }
 
     /// Creates `key` with `value`; fails with `.alreadyExists` if it exists.
+    /// - Parameters:
+    ///   - ttl: the daemon deletes the key this long after the write.
+    ///   - boundToSession: the key goes when this client's session ends (see ``set(_:_:ifVersion:ttl:boundToSession:)``).
     @discardableResult
-    public func create<Value: Encodable>(_ key: String, _ value: Value, ttl: Duration? = nil) async throws(BeaconError) -> WriteResult {
+    public func create<Value: Encodable>(_ key: String, _ value: Value, ttl: Duration? = nil,
+                                         boundToSession: Bool = false) async throws(BeaconError) -> WriteResult {
         var put = try Beacon_V1_Put.make(key, value, ifVersion: nil, createOnly: true, ttl: ttl)
-        put.writeID = Self.newWriteID()
-        return try await write(.put(put), keys: [key])
+        if boundToSession { put.session = sessionID }
+        put.writeID = Self.randomID()
+        return try await write(.put(put), keys: [key], bindsSession: boundToSession)
     }
 
     /// Deletes `key`; fails with `.notFound` if it does not exist.
@@ -169,7 +182,7 @@ public final class BeaconClient: @unchecked Sendable {
         var delete = Beacon_V1_Delete()
         delete.key = key
         if let ifVersion { delete.ifVersion = ifVersion }
-        delete.writeID = Self.newWriteID()
+        delete.writeID = Self.randomID()
         return try await write(.delete(delete), keys: [key])
     }
 
@@ -179,19 +192,26 @@ public final class BeaconClient: @unchecked Sendable {
     @discardableResult
     public func transaction(_ operations: [TransactionOperation]) async throws(BeaconError) -> WriteResult {
         var txn = Beacon_V1_Txn()
-        txn.ops = operations.map(\.op)
-        txn.writeID = Self.newWriteID()
-        return try await write(.txn(txn), keys: operations.map(\.key))
+        txn.ops = operations.map { operation in
+            var op = operation.op
+            if operation.boundToSession, case .put(var put) = op.op {
+                put.session = sessionID
+                op.op = .put(put)
+            }
+            return op
+        }
+        txn.writeID = Self.randomID()
+        return try await write(.txn(txn), keys: operations.map(\.key), bindsSession: operations.contains(where: \.boundToSession))
     }
 
-    private func write(_ op: Beacon_V1_Request.OneOf_Op, keys: [String]) async throws(BeaconError) -> WriteResult {
+    private func write(_ op: Beacon_V1_Request.OneOf_Op, keys: [String], bindsSession: Bool = false) async throws(BeaconError) -> WriteResult {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<WriteResult, BeaconError>, Never>) in
-            engine.submit(.write(WriteRequest(op: op, keys: keys) { continuation.resume(returning: $0) }))
+            engine.submit(.write(WriteRequest(op: op, keys: keys, bindsSession: bindsSession) { continuation.resume(returning: $0) }))
         }
         return try result.get()
     }
 
-    private static func newWriteID() -> Data {
+    private static func randomID() -> Data {
         var generator = SystemRandomNumberGenerator()
         return Data((0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
     }

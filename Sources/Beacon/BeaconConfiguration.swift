@@ -26,6 +26,10 @@ public struct BeaconConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(1)
     /// How long a write may take in all, retries included, before it fails with `.unreachable`.
     public var writeTimeout: Duration = .seconds(10)
+    /// How long the daemon keeps this client's session-bound keys after it stops hearing from
+    /// the client (kill -9, a lost connection). The client renews the session three times per
+    /// period while it has session-bound keys; `close()` ends it at once.
+    public var sessionTimeout: Duration = .seconds(10)
     /// How long to wait before retrying a sync that got no answer.
     public var retryInterval: Duration = .milliseconds(250)
     /// Publications queued by libzmq before it drops new ones (drops are detected and repaired).
@@ -56,6 +60,7 @@ public struct BeaconConfiguration: Sendable {
     var requestTimeoutMilliseconds: UInt64 { Self.milliseconds(requestTimeout) }
     var writeTimeoutMilliseconds: UInt64 { Self.milliseconds(writeTimeout) }
     var retryIntervalMilliseconds: UInt64 { Self.milliseconds(retryInterval) }
+    var sessionTimeoutMilliseconds: UInt64 { Self.milliseconds(sessionTimeout) }
 
     private static func milliseconds(_ duration: Duration) -> UInt64 {
         let (seconds, attoseconds) = duration.components

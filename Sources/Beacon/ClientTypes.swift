@@ -37,18 +37,20 @@ public struct WriteResult: Sendable, Equatable {
 
 /// One operation of a multi-key transaction (``BeaconClient/transaction(_:)``).
 public struct TransactionOperation: Sendable {
-    let op: Beacon_V1_TxnOp
+    var op: Beacon_V1_TxnOp
     let key: String
+    var boundToSession = false
 
     /// Writes `value` to `key`.
     /// - Parameters:
     ///   - ifVersion: apply only if the key's version equals this (0: the key must not exist).
     ///   - ttl: delete the key this long after the transaction.
+    ///   - boundToSession: delete the key when the writing client's session ends.
     /// - Throws: ``BeaconError`` with `.encoding` when the value cannot be encoded.
     public static func set<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64? = nil,
-                                             ttl: Duration? = nil) throws(BeaconError) -> TransactionOperation {
+                                             ttl: Duration? = nil, boundToSession: Bool = false) throws(BeaconError) -> TransactionOperation {
         let put = try Beacon_V1_Put.make(key, value, ifVersion: ifVersion, createOnly: false, ttl: ttl)
-        return TransactionOperation(op: .with { $0.op = .put(put) }, key: key)
+        return TransactionOperation(op: .with { $0.op = .put(put) }, key: key, boundToSession: boundToSession)
     }
 
     /// Deletes `key` (which must exist).

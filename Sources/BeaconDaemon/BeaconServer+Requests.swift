@@ -177,6 +177,22 @@ extension BeaconServer {
                 throw journalFailure(error)
             }
 
+        case .keepAlive(let keepAlive):
+            let id = Array(keepAlive.session)
+            guard (1...WireLimits.maxSessionBytes).contains(id.count) else {
+                throw failure(.invalidArgument, "session is \(id.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
+            }
+            guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
+                throw failure(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
+            }
+            let session = sessions.keepAlive(id, ttl: UInt64(keepAlive.ttlMs), now: now)
+            let bound = session.keys.count { store.live($0)?.session == id }
+            if keepAlive.ttlMs == 0 { endSessions(now: now) }
+            reply.keepAlive = .with {
+                $0.keys = keepAlive.ttlMs == 0 ? 0 : UInt32(bound)
+                $0.expiresAtMs = keepAlive.ttlMs == 0 ? 0 : session.deadline
+            }
+
         case .put, .delete, .txn:
             preconditionFailure("writes are staged, not answered here")
         }

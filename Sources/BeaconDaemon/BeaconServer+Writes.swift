@@ -21,7 +21,7 @@ struct WriteRejection: Error {
 /// One operation of a write, with its value already encoded and checked for structure.
 struct WriteOp {
     enum Action {
-        case put(encodedValue: [UInt8], createOnly: Bool, ttlMilliseconds: UInt64)
+        case put(encodedValue: [UInt8], createOnly: Bool, ttlMilliseconds: UInt64, session: [UInt8])
         case delete
     }
 
@@ -64,7 +64,8 @@ struct WriteOp {
         } else {
             problem = (.invalidValue, "value cannot be encoded")
         }
-        self.init(key: put.key, action: .put(encodedValue: encoded, createOnly: put.createOnly, ttlMilliseconds: put.ttlMs),
+        self.init(key: put.key, action: .put(encodedValue: encoded, createOnly: put.createOnly, ttlMilliseconds: put.ttlMs,
+                                             session: Array(put.session)),
                   ifVersion: put.hasIfVersion ? put.ifVersion : nil)
         valueProblem = problem
     }
@@ -96,7 +97,7 @@ extension BeaconServer {
     /// Stages a put parsed by the fast path.
     func stageWrite(_ put: FastPut, envelope: [ZMQMessage]) {
         var op = WriteOp(key: put.key, action: .put(encodedValue: put.encodedValue, createOnly: put.createOnly,
-                                                    ttlMilliseconds: put.ttlMilliseconds), ifVersion: put.ifVersion)
+                                                    ttlMilliseconds: put.ttlMilliseconds, session: []), ifVersion: put.ifVersion)
         if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: put.encodedValue.count) {
             op.valueProblem = (.valueTooLarge, problem.description)
         }
@@ -121,8 +122,13 @@ extension BeaconServer {
         do {
             let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
             let undo = store.apply(changes)
-            for change in changes where change.kind == .put && change.expiresAtMilliseconds > 0 {
-                expiries.insert(.init(atMilliseconds: change.expiresAtMilliseconds, key: change.key, modRevision: change.revision))
+            for change in changes where change.kind == .put {
+                if change.expiresAtMilliseconds > 0 {
+                    expiries.insert(.init(atMilliseconds: change.expiresAtMilliseconds, key: change.key, modRevision: change.revision))
+                }
+                if !change.session.isEmpty {
+                    sessions.bind(change.key, to: change.session, now: now, ttl: configuration.sessionTTLMilliseconds)
+                }
             }
             staged.append(StagedWrite(envelope: envelope, requestID: id, changes: changes, undo: undo,
                                       writeID: writeID.isEmpty ? nil : writeID))
@@ -176,7 +182,10 @@ extension BeaconServer {
             }
             let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
             switch op.action {
-            case .put(let encoded, let createOnly, let ttl):
+            case .put(let encoded, let createOnly, let ttl, let session):
+                if session.count > WireLimits.maxSessionBytes {
+                    throw failure(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)", key: key, index: index)
+                }
                 if createOnly && current != nil {
                     throw failure(.alreadyExists, "key '\(key)' already exists (version \(version))", key: key, index: index, current: version)
                 }
@@ -184,10 +193,11 @@ extension BeaconServer {
                 let change = JournalChange(
                     revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: key, value: encoded,
                     version: version + 1, createRevision: current?.createRevision ?? revision,
-                    expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: operationWriteID)
+                    expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: operationWriteID, session: session)
                 if isTransaction {
                     pending[key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
-                                                           modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false))
+                                                           modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false,
+                                                           session: session))
                 }
                 changes.append(change)
             case .delete:
@@ -410,6 +420,24 @@ extension BeaconServer {
             let undo = store.apply([change])
             staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
             stagedChanges.append(change)
+        }
+        submitStagedIfIdle()
+    }
+
+    /// Deletes the keys of every session that ended, each session's keys in one revision.
+    func endSessions(now: UInt64) {
+        for (id, keys) in sessions.removeEnded(now: now) {
+            let bound = keys.filter { store.live($0)?.session == id }.sorted()
+            guard !bound.isEmpty else { continue }
+            let revision = store.headRevision + 1
+            let changes = bound.enumerated().map { part, key in
+                JournalChange(revision: revision, part: UInt32(part), parts: UInt32(bound.count), kind: .expire, key: key,
+                              version: 0, createRevision: 0, timestampMilliseconds: now)
+            }
+            let undo = store.apply(changes)
+            staged.append(StagedWrite(envelope: nil, requestID: 0, changes: changes, undo: undo, writeID: nil))
+            stagedChanges.append(contentsOf: changes)
+            logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
         }
         submitStagedIfIdle()
     }

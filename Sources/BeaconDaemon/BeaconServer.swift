@@ -22,6 +22,7 @@ public final class BeaconServer: @unchecked Sendable {
     var store = SignalStore()
     var tracker = PrefixTracker()
     var expiries = ExpiryQueue()
+    var sessions = SessionTable()
     var writeIDs: [[UInt8]: UInt64] = [:]
     var writeIDOrder: [[UInt8]] = []
     var writeIDOrderStart = 0
@@ -166,8 +167,15 @@ public final class BeaconServer: @unchecked Sendable {
         } catch {
             throw DaemonError(.journal, error.description, underlying: error)
         }
-        for (key, entry) in store.entries where !entry.isDeleted && entry.expiresAtMilliseconds > 0 {
-            expiries.insert(.init(atMilliseconds: entry.expiresAtMilliseconds, key: key, modRevision: entry.modRevision))
+        let now = Journal.nowMilliseconds()
+        for (key, entry) in store.entries where !entry.isDeleted {
+            if entry.expiresAtMilliseconds > 0 {
+                expiries.insert(.init(atMilliseconds: entry.expiresAtMilliseconds, key: key, modRevision: entry.modRevision))
+            }
+            // Sessions get a full time to live after a restart for their writers to renew them.
+            if !entry.session.isEmpty {
+                sessions.bind(key, to: entry.session, now: now, ttl: configuration.sessionTTLMilliseconds)
+            }
         }
     }
 
@@ -215,6 +223,7 @@ public final class BeaconServer: @unchecked Sendable {
             let now = Journal.nowMilliseconds()
             var deadline = min(nextHeartbeat, nextCompaction)
             if let expiry = expiries.next { deadline = min(deadline, expiry.atMilliseconds) }
+            if let end = sessions.nextDeadline { deadline = min(deadline, end) }
             let timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
             do {
                 try poller.poll(timeoutMilliseconds: timeout)
@@ -229,6 +238,7 @@ public final class BeaconServer: @unchecked Sendable {
 
             let after = Journal.nowMilliseconds()
             if let expiry = expiries.next, expiry.atMilliseconds <= after { expireDueKeys(now: after) }
+            if let end = sessions.nextDeadline, end <= after { endSessions(now: after) }
             if after >= nextHeartbeat {
                 tracker.expireLeases(nowMilliseconds: after)
                 publishHeartbeat(now: after)

@@ -15,6 +15,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var extraPublishEndpoints: [String] = []
     /// How often heartbeats go out; a subscriber detects a drop within one interval.
     public var heartbeatIntervalMilliseconds: UInt32 = 1000
+    /// How long a session lives without a `KeepAlive` when a put creates it, and how long
+    /// sessions found in the journal at start-up wait for their writers to renew them.
+    public var sessionTTLMilliseconds: UInt64 = 10_000
     /// How commits are synced.
     public var durability: Durability = .normal
     /// How much history to keep.
@@ -104,6 +107,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
             case "request_endpoint": copy.extraRequestEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "publish_endpoint": copy.extraPublishEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "heartbeat_ms": copy.heartbeatIntervalMilliseconds = try number(UInt32.self, min: 10)
+            case "session_ttl_ms": copy.sessionTTLMilliseconds = try number(UInt64.self, min: 100)
             case "durability":
                 guard let durability = Durability(rawValue: value) else { throw fail("'durability' is 'normal' or 'full', not '\(value)'") }
                 copy.durability = durability

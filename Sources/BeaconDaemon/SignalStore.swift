@@ -14,6 +14,8 @@ struct SignalStore {
         var modRevision: UInt64
         var expiresAtMilliseconds: UInt64
         var isDeleted: Bool
+        /// The writer's session the key is bound to (empty: none).
+        var session: [UInt8] = []
     }
 
     /// What ``apply(_:)`` replaced, to put back with ``undo(_:)``.
@@ -39,7 +41,7 @@ struct SignalStore {
         for item in journalEntries {
             entries[item.key] = Entry(value: item.value, version: item.version, createRevision: item.createRevision,
                                       modRevision: item.modRevision, expiresAtMilliseconds: item.expiresAtMilliseconds,
-                                      isDeleted: item.isDeleted)
+                                      isDeleted: item.isDeleted, session: item.session)
             orderedKeys.append(item.key)
             if !item.isDeleted { liveCount += 1 }
         }
@@ -64,7 +66,7 @@ struct SignalStore {
             undo.replaced.append((change.key, previous))
             let entry = Entry(value: change.value, version: change.version, createRevision: change.createRevision,
                               modRevision: change.revision, expiresAtMilliseconds: change.expiresAtMilliseconds,
-                              isDeleted: change.kind != .put)
+                              isDeleted: change.kind != .put, session: change.session)
             set(change.key, entry, previous: previous)
             headRevision = max(headRevision, change.revision)
         }

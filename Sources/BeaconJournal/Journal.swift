@@ -8,7 +8,7 @@ internal import CBeaconSQLite
 /// process opening the same file gets a ``JournalError`` with code ``JournalError/Code/locked``.
 public final class Journal {
     /// The schema version this code writes; older journals are migrated at open.
-    public static let schemaVersion: Int64 = 2
+    public static let schemaVersion: Int64 = 3
 
     /// Where the journal lives.
     public let path: String
@@ -161,23 +161,28 @@ public final class Journal {
         // 2: the per-key index cost about one dirty 4 KiB page per write (a batch touches every
         // hot key's run); history of one key, old snapshots and compaction scan by revision instead.
         "DROP INDEX IF EXISTS changes_by_key;",
+        // 3: keys bound to a writer's session (deleted when the session ends); empty: none.
+        """
+        ALTER TABLE changes ADD COLUMN session BLOB NOT NULL DEFAULT x'';
+        ALTER TABLE state ADD COLUMN session BLOB NOT NULL DEFAULT x'';
+        """,
     ]
 
     private func prepareStatements() throws(SQLiteError) {
         insertChange = try database.prepare("""
-            INSERT INTO changes(revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            INSERT INTO changes(revision, part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id, session)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
             """)
         // The latest change of every key changed after ?1 (ties within a revision by part).
         upsertState = try database.prepare("""
-            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted)
-            SELECT key, value, version, create_revision, revision, expires_at, kind != 0 FROM (
-              SELECT key, value, version, create_revision, revision, expires_at, kind, max(revision * 2048 + part)
+            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session)
+            SELECT key, value, version, create_revision, revision, expires_at, kind != 0, session FROM (
+              SELECT key, value, version, create_revision, revision, expires_at, kind, session, max(revision * 2048 + part)
               FROM changes WHERE revision > ?1 GROUP BY key)
             WHERE true
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version,
               create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
-              expires_at = excluded.expires_at, deleted = excluded.deleted
+              expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session
             """)
         saveStateRevision = try database.prepare(
             "INSERT INTO meta(name, value) VALUES ('state_revision', ?1) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
@@ -265,6 +270,7 @@ public final class Journal {
         statement.bind(9, change.expiresAtMilliseconds)
         statement.bind(10, change.timestampMilliseconds)
         statement.bind(11, blob: change.writeID)
+        statement.bind(12, blob: change.session)
         try statement.run()
     }
 
@@ -275,13 +281,14 @@ public final class Journal {
         try checkpointState()
         do {
             let statement = try database.prepare(
-                "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted FROM state ORDER BY key")
+                "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted, session FROM state ORDER BY key")
             var entries: [JournalEntry] = []
             while try statement.step() {
                 entries.append(JournalEntry(
                     key: statement.text(0), value: statement.blob(1) ?? [], version: statement.uint(2),
                     createRevision: statement.uint(3), modRevision: statement.uint(4),
-                    expiresAtMilliseconds: statement.uint(5), isDeleted: statement.int(6) != 0))
+                    expiresAtMilliseconds: statement.uint(5), isDeleted: statement.int(6) != 0,
+                    session: statement.blob(7) ?? []))
             }
             return entries
         } catch {

@@ -32,11 +32,13 @@ public struct JournalChange: Sendable, Equatable {
     public var timestampMilliseconds: UInt64
     /// The client's idempotency token, stored with part 0 of a revision.
     public var writeID: [UInt8]?
+    /// For a put: the writer's session the key is bound to (empty: none).
+    public var session: [UInt8]
 
     /// Creates a change record.
     public init(revision: UInt64, part: UInt32 = 0, parts: UInt32 = 1, kind: ChangeKind, key: String,
                 value: [UInt8] = [], version: UInt64, createRevision: UInt64, expiresAtMilliseconds: UInt64 = 0,
-                timestampMilliseconds: UInt64, writeID: [UInt8]? = nil) {
+                timestampMilliseconds: UInt64, writeID: [UInt8]? = nil, session: [UInt8] = []) {
         self.revision = revision
         self.part = part
         self.parts = parts
@@ -48,6 +50,7 @@ public struct JournalChange: Sendable, Equatable {
         self.expiresAtMilliseconds = expiresAtMilliseconds
         self.timestampMilliseconds = timestampMilliseconds
         self.writeID = writeID
+        self.session = session
     }
 }
 
@@ -61,10 +64,12 @@ public struct JournalEntry: Sendable, Equatable {
     public var modRevision: UInt64
     public var expiresAtMilliseconds: UInt64
     public var isDeleted: Bool
+    /// The writer's session the key is bound to (empty: none).
+    public var session: [UInt8]
 
     /// Creates an entry.
     public init(key: String, value: [UInt8], version: UInt64, createRevision: UInt64, modRevision: UInt64,
-                expiresAtMilliseconds: UInt64, isDeleted: Bool) {
+                expiresAtMilliseconds: UInt64, isDeleted: Bool, session: [UInt8] = []) {
         self.key = key
         self.value = value
         self.version = version
@@ -72,6 +77,7 @@ public struct JournalEntry: Sendable, Equatable {
         self.modRevision = modRevision
         self.expiresAtMilliseconds = expiresAtMilliseconds
         self.isDeleted = isDeleted
+        self.session = session
     }
 }
 

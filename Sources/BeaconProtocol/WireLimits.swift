@@ -12,6 +12,10 @@ public enum WireLimits {
     public static let maxTxnOps = 1024
     /// Longest write id, in bytes.
     public static let maxWriteIDBytes = 64
+    /// Maximum length of a session id.
+    public static let maxSessionBytes = 64
+    /// Maximum time to live of a session, in milliseconds.
+    public static let maxSessionTTLMilliseconds: UInt32 = 3_600_000
     /// Largest request body the daemon reads; larger messages drop the connection.
     public static let maxRequestBytes = 16 << 20
     /// Events returned by one Delta or History reply when the request sets no limit.

@@ -117,8 +117,10 @@ public final class WireClient {
 
     /// Writes `value` to `key`; returns the committed revision and versions.
     public func put(_ key: String, _ value: Beacon_V1_Value, ifVersion: UInt64? = nil, createOnly: Bool = false,
-                    ttlMilliseconds: UInt64 = 0, writeID: [UInt8] = [], timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+                    ttlMilliseconds: UInt64 = 0, writeID: [UInt8] = [], session: [UInt8] = [],
+                    timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
         var put = Beacon_V1_Put()
+        put.session = Data(session)
         put.key = key
         put.value = value
         if let ifVersion { put.ifVersion = ifVersion }
@@ -180,6 +182,13 @@ public final class WireClient {
         let reply = try call(.ping(.init()), timeoutMilliseconds: timeoutMilliseconds)
         guard case .ping(let ping) = reply.result else { throw unexpected(reply) }
         return ping
+    }
+
+    /// Keeps `session` alive for `ttlMilliseconds` more (0 ends it now, deleting its keys).
+    public func keepAlive(session: [UInt8], ttlMilliseconds: UInt32, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_KeepAliveReply {
+        let reply = try call(.keepAlive(.with { $0.session = Data(session); $0.ttlMs = ttlMilliseconds }), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .keepAlive(let keepAlive) = reply.result else { throw unexpected(reply) }
+        return keepAlive
     }
 
     /// The daemon's counters.

@@ -207,6 +207,57 @@ struct ClientFaultTests {
     }
 }
 
+/// Keys bound to a client's session: they live while the client does.
+@Suite(.timeLimit(.minutes(1)))
+struct ClientSessionTests {
+    @Test func aSessionKeyOutlivesItsTimeoutWhileTheClientLivesAndGoesAfterKillNine() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let probe = try ProbeProcess(runtimeDirectory: daemon.runtimeDirectory, prefix: "presence.", sessionKey: "presence.probe")
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !probe.lines.contains(where: { $0.hasPrefix("BOUND") }) && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        // Alive for three session timeouts (1 s each): the client renews, the key stays.
+        try await Task.sleep(for: .seconds(3))
+        #expect(try wire.get("presence.probe").value.intValue == 1)
+
+        let killedAt = UInt64(Date().timeIntervalSince1970 * 1000)
+        kill(probe.process.processIdentifier, SIGKILL)
+        probe.process.waitUntilExit()
+        let goneBy = ContinuousClock.now + .seconds(10)
+        while (try? wire.get("presence.probe")) != nil && ContinuousClock.now < goneBy {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(throws: WireError.self) { try wire.get("presence.probe") }
+        // The daemon's own commit time of the expiry says how long the key outlived its writer.
+        let events = try wire.history("presence.probe", exact: true).events
+        #expect(events.map(\.change.kind) == [.put, .expire])
+        let outlived = Int64(events.last?.timestampMs ?? 0) - Int64(killedAt)
+        #expect(outlived < 2000, "the key should go within about one session timeout (1 s), took \(outlived) ms")
+    }
+
+    @Test func closingTheClientEndsItsSessionAtOnce() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory) { $0.sessionTimeout = .seconds(60) }
+        let watcher = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        let seen = try watcher.onQueue { try watcher.client.signal("ui.owner", as: String.self, default: "") }
+        try await test.client.set("ui.owner", "ada", boundToSession: true)
+        try await test.client.transaction([.set("ui.lock", 1, boundToSession: true), .set("ui.note", "kept")])
+        await watcher.wait("for the bound value") { seen.value == "ada" }
+        test.client.close()
+        await watcher.wait(timeout: .seconds(2), "for the session's keys to go") { seen.isDeleted }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        #expect(throws: WireError.self) { try wire.get("ui.lock") }
+        #expect(try wire.get("ui.note").value.stringValue == "kept")
+        watcher.client.close()
+    }
+}
+
 extension WireClient {
     /// Sends a request without waiting for its reply.
     func sendIgnoringErrors(_ op: Beacon_V1_Request.OneOf_Op) {

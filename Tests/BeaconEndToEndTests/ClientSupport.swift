@@ -55,11 +55,13 @@ final class ProbeProcess: @unchecked Sendable {
     private var received: [String] = []
     private var partial = Data()
 
-    init(runtimeDirectory: String, prefix: String, highWaterMark: Int32? = nil, pair: (String, String)? = nil) throws {
+    init(runtimeDirectory: String, prefix: String, highWaterMark: Int32? = nil, pair: (String, String)? = nil,
+         sessionKey: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: try binary("beacon-client-probe"))
         var arguments = ["--runtime-dir", runtimeDirectory, "--prefix", prefix]
         if let highWaterMark { arguments += ["--hwm", "\(highWaterMark)"] }
         if let pair { arguments += ["--pair", pair.0, pair.1] }
+        if let sessionKey { arguments += ["--session-key", sessionKey] }
         process.arguments = arguments
         process.standardInput = input
         process.standardOutput = output

@@ -6,6 +6,7 @@
 //   R <revision>                                             history resynced at a revision
 //   E <a> <b>                                                one per effect run over --pair
 //   S <json object of the mirror> <connection> <repairs> <resyncs>   answer to "dump"
+//   BOUND <revision>                                         --session-key written, bound to the session
 import Beacon
 import Foundation
 
@@ -14,12 +15,14 @@ var runtimeDirectory = ""
 var prefix = ""
 var highWaterMark: Int32 = 1_000_000
 var pair: (String, String)?
+var sessionKey: String?
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst() ?? ""
     case "--prefix": prefix = arguments.popFirst() ?? ""
     case "--hwm": highWaterMark = Int32(arguments.popFirst() ?? "") ?? highWaterMark
     case "--pair": pair = (arguments.popFirst() ?? "", arguments.popFirst() ?? "")
+    case "--session-key": sessionKey = arguments.popFirst()
     default: FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!); exit(64)
     }
 }
@@ -27,6 +30,7 @@ while let argument = arguments.popFirst() {
 var configuration = BeaconConfiguration(runtimeDirectory: runtimeDirectory)
 configuration.receiveHighWaterMark = highWaterMark
 configuration.requestTimeout = .milliseconds(500)
+configuration.sessionTimeout = .seconds(1)
 let client = try BeaconClient(configuration: configuration)
 let map = try client.mirror(prefix: prefix, as: Int.self)
 var effects: [Effect] = []
@@ -34,6 +38,13 @@ if let (first, second) = pair {
     let a = try client.signal(first, as: Int.self, default: 0)
     let b = try client.signal(second, as: Int.self, default: 0)
     effects.append(effect { emit("E \(a.value) \(b.value)") })
+}
+
+if let sessionKey {
+    Task {
+        let result = try await client.set(sessionKey, 1, boundToSession: true)
+        emit("BOUND \(result.revision)")
+    }
 }
 
 let followedPrefix = prefix

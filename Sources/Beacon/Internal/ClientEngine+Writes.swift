@@ -28,6 +28,7 @@ extension ClientEngine {
                                  retry: configuration.requestTimeoutMilliseconds)
         pendingWrites[write.id] = write
         sendRequest(id: write.id, request.op)
+        if request.bindsSession && nextKeepAlive == 0 { keepSessionAlive(now: now) }  // sets the session's time to live
     }
 
     /// A reply that is not the one a blocking call waits for: a write's.
@@ -91,3 +92,4 @@ extension ClientEngine {
         for follower in toRepair { repair(follower) }
     }
 }
+

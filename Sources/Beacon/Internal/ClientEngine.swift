@@ -55,13 +55,19 @@ final class ClientEngine: @unchecked Sendable {
     /// Whether the last blocking request timed out (then syncs wait for a sign of life).
     var daemonSilent = false
     var nextSyncAttempt: UInt64 = 0
+    /// The client's session id: keys written with it vanish when the client stops renewing it.
+    let sessionID: Data
+    /// When to renew the session next; 0 while no session-bound key was written.
+    var nextKeepAlive: UInt64 = 0
     /// Blocking requests that timed out in a row (resets on an answer).
     var consecutiveTimeouts = 0
     var heartbeatIntervalMs: UInt64 = 1000
     private var connection = ConnectionState.connecting
 
-    init(configuration: BeaconConfiguration, deliver: @escaping @Sendable (GraphUpdate) -> Void) throws(BeaconError) {
+    init(configuration: BeaconConfiguration, sessionID: Data,
+         deliver: @escaping @Sendable (GraphUpdate) -> Void) throws(BeaconError) {
         self.configuration = configuration
+        self.sessionID = sessionID
         self.deliver = deliver
         do {
             wakePipe = try WakePipe()
@@ -139,9 +145,11 @@ final class ClientEngine: @unchecked Sendable {
             releaseHeld()
             flushOutgoing()
             serviceWrites(now: now)
+            if nextKeepAlive > 0 && now >= nextKeepAlive { keepSessionAlive(now: now) }
             updateConnection(now: now)
         }
         failEverything(BeaconError(.closed, "the client was closed"))
+        endSession()
         dealer.close()
         subscriber.close()
         dealer = nil
@@ -166,6 +174,7 @@ final class ClientEngine: @unchecked Sendable {
         var deadline = now + 250
         if followers.values.contains(where: \.needsSync) { deadline = min(deadline, max(nextSyncAttempt, now)) }
         for write in pendingWrites.values { deadline = min(deadline, write.nextAttempt) }
+        if nextKeepAlive > 0 { deadline = min(deadline, nextKeepAlive) }
         if !awaitingMirror.isEmpty { deadline = min(deadline, now + 20) }
         return Int(deadline > now ? deadline - now : 0)
     }
@@ -303,6 +312,33 @@ final class ClientEngine: @unchecked Sendable {
         while let reply = receiveReply() {
             heard()
             handle(reply)
+        }
+    }
+
+    // MARK: Session
+
+    /// Renews the session for one `sessionTimeout`, a third of it before it would run out.
+    func keepSessionAlive(now: UInt64) {
+        let ttl = configuration.sessionTimeoutMilliseconds
+        sendRequest(id: nextID(), .keepAlive(.with {
+            $0.session = sessionID
+            $0.ttlMs = UInt32(min(ttl, UInt64(WireLimits.maxSessionTTLMilliseconds)))
+        }))
+        nextKeepAlive = now + max(ttl / 3, 1)
+    }
+
+    /// Ends the session, so that its keys go now rather than after `sessionTimeout` (best effort:
+    /// waits at most a fifth of a second for the daemon).
+    private func endSession() {
+        guard nextKeepAlive > 0 else { return }
+        let id = nextID()
+        sendRequest(id: id, .keepAlive(.with { $0.session = sessionID; $0.ttlMs = 0 }))
+        let poller = ZMQPoller()
+        poller.add(dealer)
+        let deadline = Self.now() + 200
+        while Self.now() < deadline {
+            while let reply = receiveReply() { if reply.id == id { return } }
+            _ = try? poller.poll(timeoutMilliseconds: 20)
         }
     }
 

@@ -19,6 +19,8 @@ struct WriteRequest: Sendable {
     var op: Beacon_V1_Request.OneOf_Op
     /// The keys it writes: the mirrors that follow them must reflect the result before it returns.
     var keys: [String]
+    /// Whether it binds keys to the client's session (which must then be kept alive).
+    var bindsSession = false
     /// Called once, from the graph's delivery context after the mirror caught up (success), or
     /// from the I/O thread (failure).
     var complete: @Sendable (Result<WriteResult, BeaconError>) -> Void

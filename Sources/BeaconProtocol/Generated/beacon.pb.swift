@@ -523,6 +523,14 @@ public nonisolated struct Beacon_V1_Request: Sendable {
     set {op = .compact(newValue)}
   }
 
+  public var keepAlive: Beacon_V1_KeepAlive {
+    get {
+      if case .keepAlive(let v)? = op {return v}
+      return Beacon_V1_KeepAlive()
+    }
+    set {op = .keepAlive(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Op: Equatable, Sendable {
@@ -537,6 +545,7 @@ public nonisolated struct Beacon_V1_Request: Sendable {
     case history(Beacon_V1_History)
     case stats(Beacon_V1_Stats)
     case compact(Beacon_V1_Compact)
+    case keepAlive(Beacon_V1_KeepAlive)
 
   }
 
@@ -619,6 +628,9 @@ public nonisolated struct Beacon_V1_Put: Sendable {
 
   /// idempotency token, at most 64 bytes
   public var writeID: Data = Data()
+
+  /// bind the key to this session (1-64 bytes): it is deleted when the session ends
+  public var session: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -788,6 +800,24 @@ public nonisolated struct Beacon_V1_Compact: Sendable {
   public init() {}
 }
 
+/// Keeps a session alive for ttl_ms more; ttl_ms = 0 ends it now. Keys bound to a session are
+/// deleted (as EXPIRE changes, in one revision) when it ends.
+public nonisolated struct Beacon_V1_KeepAlive: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 1-64 bytes chosen by the client, e.g. 16 random bytes
+  public var session: Data = Data()
+
+  /// at most 3,600,000
+  public var ttlMs: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beacon_V1_Reply: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -869,6 +899,14 @@ public nonisolated struct Beacon_V1_Reply: Sendable {
     set {result = .compact(newValue)}
   }
 
+  public var keepAlive: Beacon_V1_KeepAliveReply {
+    get {
+      if case .keepAlive(let v)? = result {return v}
+      return Beacon_V1_KeepAliveReply()
+    }
+    set {result = .keepAlive(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Result: Equatable, Sendable {
@@ -881,6 +919,7 @@ public nonisolated struct Beacon_V1_Reply: Sendable {
     case events(Beacon_V1_EventsReply)
     case stats(Beacon_V1_StatsReply)
     case compact(Beacon_V1_CompactReply)
+    case keepAlive(Beacon_V1_KeepAliveReply)
 
   }
 
@@ -1199,6 +1238,22 @@ public nonisolated struct Beacon_V1_CompactReply: Sendable {
   public var compactedRevision: UInt64 = 0
 
   public var removed: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beacon_V1_KeepAliveReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// live keys bound to the session
+  public var keys: UInt32 = 0
+
+  /// Unix ms when the session ends without another KeepAlive; 0 = ended
+  public var expiresAtMs: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1814,7 +1869,7 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Request"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}ping\0\u{1}get\0\u{1}list\0\u{1}put\0\u{1}delete\0\u{1}txn\0\u{1}snapshot\0\u{1}delta\0\u{1}history\0\u{1}stats\0\u{1}compact\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}ping\0\u{1}get\0\u{1}list\0\u{1}put\0\u{1}delete\0\u{1}txn\0\u{1}snapshot\0\u{1}delta\0\u{1}history\0\u{1}stats\0\u{1}compact\0\u{3}keep_alive\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1966,6 +2021,19 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
           self.op = .compact(v)
         }
       }()
+      case 21: try {
+        var v: Beacon_V1_KeepAlive?
+        var hadOneofValue = false
+        if let current = self.op {
+          hadOneofValue = true
+          if case .keepAlive(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.op = .keepAlive(v)
+        }
+      }()
       default: break
       }
     }
@@ -2023,6 +2091,10 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
     case .compact?: try {
       guard case .compact(let v)? = self.op else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+    }()
+    case .keepAlive?: try {
+      guard case .keepAlive(let v)? = self.op else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
     }()
     case nil: break
     }
@@ -2133,7 +2205,7 @@ nonisolated extension Beacon_V1_List: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension Beacon_V1_Put: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Put"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}value\0\u{3}if_version\0\u{3}create_only\0\u{3}ttl_ms\0\u{3}write_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}value\0\u{3}if_version\0\u{3}create_only\0\u{3}ttl_ms\0\u{3}write_id\0\u{1}session\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2147,6 +2219,7 @@ nonisolated extension Beacon_V1_Put: SwiftProtobuf.Message, SwiftProtobuf._Messa
       case 4: try { try decoder.decodeSingularBoolField(value: &self.createOnly) }()
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.ttlMs) }()
       case 6: try { try decoder.decodeSingularBytesField(value: &self.writeID) }()
+      case 7: try { try decoder.decodeSingularBytesField(value: &self.session) }()
       default: break
       }
     }
@@ -2175,6 +2248,9 @@ nonisolated extension Beacon_V1_Put: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if !self.writeID.isEmpty {
       try visitor.visitSingularBytesField(value: self.writeID, fieldNumber: 6)
     }
+    if !self.session.isEmpty {
+      try visitor.visitSingularBytesField(value: self.session, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2185,6 +2261,7 @@ nonisolated extension Beacon_V1_Put: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if lhs.createOnly != rhs.createOnly {return false}
     if lhs.ttlMs != rhs.ttlMs {return false}
     if lhs.writeID != rhs.writeID {return false}
+    if lhs.session != rhs.session {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2520,9 +2597,44 @@ nonisolated extension Beacon_V1_Compact: SwiftProtobuf.Message, SwiftProtobuf._M
   }
 }
 
+nonisolated extension Beacon_V1_KeepAlive: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".KeepAlive"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}session\0\u{3}ttl_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.session) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.ttlMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.session.isEmpty {
+      try visitor.visitSingularBytesField(value: self.session, fieldNumber: 1)
+    }
+    if self.ttlMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.ttlMs, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_KeepAlive, rhs: Beacon_V1_KeepAlive) -> Bool {
+    if lhs.session != rhs.session {return false}
+    if lhs.ttlMs != rhs.ttlMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Reply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}error\0\u{1}ping\0\u{1}get\0\u{1}list\0\u{1}write\0\u{2}\u{2}snapshot\0\u{1}events\0\u{2}\u{2}stats\0\u{1}compact\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}error\0\u{1}ping\0\u{1}get\0\u{1}list\0\u{1}write\0\u{2}\u{2}snapshot\0\u{1}events\0\u{2}\u{2}stats\0\u{1}compact\0\u{3}keep_alive\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2648,6 +2760,19 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
           self.result = .compact(v)
         }
       }()
+      case 21: try {
+        var v: Beacon_V1_KeepAliveReply?
+        var hadOneofValue = false
+        if let current = self.result {
+          hadOneofValue = true
+          if case .keepAlive(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.result = .keepAlive(v)
+        }
+      }()
       default: break
       }
     }
@@ -2697,6 +2822,10 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
     case .compact?: try {
       guard case .compact(let v)? = self.result else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+    }()
+    case .keepAlive?: try {
+      guard case .keepAlive(let v)? = self.result else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
     }()
     case nil: break
     }
@@ -3194,6 +3323,41 @@ nonisolated extension Beacon_V1_CompactReply: SwiftProtobuf.Message, SwiftProtob
   public static func ==(lhs: Beacon_V1_CompactReply, rhs: Beacon_V1_CompactReply) -> Bool {
     if lhs.compactedRevision != rhs.compactedRevision {return false}
     if lhs.removed != rhs.removed {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beacon_V1_KeepAliveReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".KeepAliveReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}keys\0\u{3}expires_at_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.keys) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.expiresAtMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.keys != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keys, fieldNumber: 1)
+    }
+    if self.expiresAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.expiresAtMs, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_KeepAliveReply, rhs: Beacon_V1_KeepAliveReply) -> Bool {
+    if lhs.keys != rhs.keys {return false}
+    if lhs.expiresAtMs != rhs.expiresAtMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
