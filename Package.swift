@@ -45,7 +45,7 @@ let package = Package(
         .target(name: "BeaconWire", dependencies: ["BeaconZMQ", "BeaconProtocol"]),
 
         // The client library: remote signals mirrored into the reactive core.
-        .target(name: "Beacon", dependencies: ["BeaconSignals", "BeaconWire", "BeaconZMQ", "BeaconProtocol"]),
+        .target(name: "Beacon", dependencies: ["BeaconSignals", "BeaconWire", "BeaconZMQ", "BeaconProtocol", "BeaconJournal"]),
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [

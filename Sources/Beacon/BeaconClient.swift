@@ -40,14 +40,20 @@ public final class BeaconClient: @unchecked Sendable {
     /// Connects (in the background) to the daemon.
     /// - Parameter configuration: endpoints, delivery context and timeouts; by default the daemon
     ///   found like the `beacon` tool finds it, delivering on the main queue.
-    /// - Throws: ``BeaconError`` when the I/O thread cannot be set up. A daemon that is not running
-    ///   is not an error: the client connects when it appears.
+    /// - Throws: ``BeaconError`` when the I/O thread cannot be set up, or the local journal cannot
+    ///   be opened (`.localJournal`). A daemon that is not running is not an error: the client
+    ///   connects when it appears.
     public init(configuration: BeaconConfiguration = BeaconConfiguration()) throws(BeaconError) {
         self.configuration = configuration
         let inbox = Inbox()
         self.inbox = inbox
         sessionID = Self.randomID()
-        engine = try ClientEngine(configuration: configuration, sessionID: sessionID) { update in inbox.post(update) }
+        var cache: LocalJournal?
+        if let path = configuration.localJournalPath {
+            cache = try LocalJournal(path: path)
+            graph.startFromCache(cache!.contents)
+        }
+        engine = try ClientEngine(configuration: configuration, sessionID: sessionID, localJournal: cache) { update in inbox.post(update) }
         let graph = graph
         let drain: @Sendable () -> Void = { [graph = UncheckedGraph(graph)] in inbox.drain(into: graph.graph) }
         switch configuration.delivery {
@@ -78,7 +84,9 @@ public final class BeaconClient: @unchecked Sendable {
     public var statistics: ClientStatistics {
         ClientStatistics(repairs: engine.repairCount.load(ordering: .relaxed),
                          resyncs: engine.resyncCount.load(ordering: .relaxed),
-                         revisions: engine.revisionCount.load(ordering: .relaxed))
+                         revisions: engine.revisionCount.load(ordering: .relaxed),
+                         snapshots: engine.snapshotCount.load(ordering: .relaxed),
+                         resumes: engine.resumeCount.load(ordering: .relaxed))
     }
 
     /// The client's connection state (a tracked read in the delivery context).

@@ -30,6 +30,10 @@ public struct BeaconConfiguration: Sendable {
     /// the client (kill -9, a lost connection). The client renews the session three times per
     /// period while it has session-bound keys; `close()` ends it at once.
     public var sessionTimeout: Duration = .seconds(10)
+    /// A local journal (an SQLite file) that keeps what this client mirrors. With it, a client
+    /// that starts while the daemon is down shows the last known values (status `stale`), and
+    /// on connect fetches only the changes since its last applied revision. `nil`: none.
+    public var localJournalPath: String?
     /// How long to wait before retrying a sync that got no answer.
     public var retryInterval: Duration = .milliseconds(250)
     /// Publications queued by libzmq before it drops new ones (drops are detected and repaired).

@@ -39,6 +39,8 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
         public static let encoding = Code("encoding")
         /// The client was closed.
         public static let closed = Code("closed")
+        /// The local journal cannot be opened or written.
+        public static let localJournal = Code("local-journal")
 
         public var description: String { name }
     }

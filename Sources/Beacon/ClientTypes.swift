@@ -23,6 +23,10 @@ public struct ClientStatistics: Sendable, Equatable {
     public var resyncs: Int
     /// Revisions handed to the mirrors.
     public var revisions: Int
+    /// Snapshots taken (first syncs without a local journal, and resyncs).
+    public var snapshots: Int
+    /// First syncs done with a delta from the local journal's bookmark instead of a snapshot.
+    public var resumes: Int
 }
 
 /// What a committed write did.

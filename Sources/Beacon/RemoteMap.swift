@@ -87,6 +87,6 @@ public final class RemoteMap<Value: Codable & Sendable>: Signal<[String: Value]>
 
     /// Whether the mirror is live, syncing or stale.
     public var status: RemoteStatus {
-        RemoteStatus(synced: table.synced.value, connection: connection.value)
+        RemoteStatus(synced: table.synced.value, cached: table.cached.value, connection: connection.value)
     }
 }

@@ -16,8 +16,13 @@ public enum RemoteStatus: String, Sendable, Equatable, CustomStringConvertible {
 }
 
 extension RemoteStatus {
-    /// A mirror's status from whether it ever synced and how the client stands.
-    init(synced: Bool, connection: ConnectionState) {
+    /// A mirror's status from whether it ever synced, whether its state is only the local
+    /// journal's, and how the client stands.
+    init(synced: Bool, cached: Bool = false, connection: ConnectionState) {
+        if cached {
+            self = .stale
+            return
+        }
         self = switch connection {
         case .connecting: synced ? .stale : .connecting
         case .syncing, .live: synced ? .live : .syncing
@@ -75,7 +80,10 @@ public final class RemoteSignal<Value: Codable & Sendable>: Signal<Value> {
                 return Decoded(value: defaultValue, error: error)
             }
         }
-        statusSignal = computed { RemoteStatus(synced: state.value.synced, connection: connection.value) }
+        statusSignal = computed {
+            let current = state.value
+            return RemoteStatus(synced: current.synced, cached: current.cached, connection: connection.value)
+        }
         super.init()
     }
 

@@ -207,6 +207,76 @@ struct ClientFaultTests {
     }
 }
 
+/// The optional local journal: offline start and delta resume.
+@Suite(.timeLimit(.minutes(1)))
+struct LocalJournalTests {
+    @Test func aClientStartedWhileTheDaemonIsDownShowsItsLastValuesThenResumesWithADelta() async throws {
+        let dir = try temporaryDirectory()
+        let cachePath = dir + "/client/mirror.sqlite"
+        var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let first = try TestClient(runtimeDirectory: daemon.runtimeDirectory) { $0.localJournalPath = cachePath }
+        let (firstMap, firstOne) = try first.onQueue {
+            (try first.client.mirror(prefix: "c.", as: Int.self), try first.client.signal("c.one", as: Int.self, default: 0))
+        }
+        try await first.client.set("c.one", 1)
+        try await first.client.set("c.two", 2)
+        await first.wait("for the first client's mirror") { firstMap.value == ["c.one": 1, "c.two": 2] && firstOne.value == 1 }
+        first.client.close()
+        daemon.stop()
+
+        // The daemon is down: a new client shows what the local journal kept, as stale.
+        let second = try TestClient(runtimeDirectory: daemon.runtimeDirectory) { $0.localJournalPath = cachePath }
+        let (map, one) = try second.onQueue {
+            (try second.client.mirror(prefix: "c.", as: Int.self), try second.client.signal("c.one", as: Int.self, default: 0))
+        }
+        second.onQueue {
+            #expect(map.value == ["c.one": 1, "c.two": 2])
+            #expect(map.status == .stale)
+            #expect(one.value == 1)
+            #expect(one.status == .stale)
+        }
+
+        // The daemon returns and changes happened meanwhile: only the delta is fetched.
+        daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try wire.put("c.three", .with { $0.intValue = 3 })
+        _ = try wire.delete("c.two")
+        await second.wait("for the resumed mirror") {
+            map.value == ["c.one": 1, "c.three": 3] && map.status == .live && one.status == .live
+        }
+        let statistics = second.client.statistics
+        #expect(statistics.snapshots == 0, "resuming must not take a snapshot")
+        #expect(statistics.resumes == 2)
+        second.client.close()
+    }
+}
+
+extension LocalJournalTests {
+    @Test func aLocalJournalFromAnotherEpochIsReplacedByASnapshot() async throws {
+        let dir = try temporaryDirectory()
+        let cachePath = dir + "/client/mirror.sqlite"
+        var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let first = try TestClient(runtimeDirectory: daemon.runtimeDirectory) { $0.localJournalPath = cachePath }
+        let firstMap = try first.onQueue { try first.client.mirror(prefix: "e.", as: Int.self) }
+        try await first.client.set("e.old", 1)
+        await first.wait("for the mirror") { firstMap.value == ["e.old": 1] }
+        first.client.close()
+        daemon.stop()
+        try FileManager.default.removeItem(atPath: dir + "/state")  // a new journal: a new epoch
+
+        daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        _ = try WireClient(runtimeDirectory: daemon.runtimeDirectory).put("e.new", .with { $0.intValue = 2 })
+        let second = try TestClient(runtimeDirectory: daemon.runtimeDirectory) { $0.localJournalPath = cachePath }
+        let map = try second.onQueue { try second.client.mirror(prefix: "e.", as: Int.self) }
+        await second.wait("for the resync") { map.value == ["e.new": 2] && map.status == .live }
+        #expect(second.client.statistics.snapshots >= 1)
+        #expect(second.client.statistics.resumes == 0)
+        second.client.close()
+    }
+}
+
 /// Keys bound to a client's session: they live while the client does.
 @Suite(.timeLimit(.minutes(1)))
 struct ClientSessionTests {

@@ -21,6 +21,13 @@ final class Follower {
         history = nil
     }
 
+    /// A mirror that resumes from a local journal's bookmark with a delta.
+    init(mirroring prefix: String, resumingAfter revision: UInt64, epoch: UInt64) {
+        sequencer = PrefixSequencer(prefix: prefix, epoch: epoch, through: revision)
+        needsResync = false
+        history = nil
+    }
+
     init(history: HistoryStream, prefix: String, after revision: UInt64) {
         sequencer = PrefixSequencer(prefix: prefix, epoch: 0, through: revision)
         needsResync = false
@@ -56,7 +63,11 @@ extension ClientEngine {
 
     func follow(_ prefix: String) {
         guard followers[prefix] == nil else { return }
-        followers[prefix] = Follower(mirroring: prefix)
+        if let cached = localJournal?.contents, cached.epoch != 0, let bookmark = cached.bookmarks[prefix] {
+            followers[prefix] = Follower(mirroring: prefix, resumingAfter: bookmark, epoch: cached.epoch)
+        } else {
+            followers[prefix] = Follower(mirroring: prefix)
+        }
         addSubscription(prefix)  // subscribe before the snapshot: nothing can fall between
     }
 
@@ -97,6 +108,7 @@ extension ClientEngine {
         follower.needsSync = true
         follower.needsResync = true
         if follower.synced { resyncCount.wrappingAdd(1, ordering: .relaxed) }
+        snapshotCount.wrappingAdd(1, ordering: .relaxed)
         guard let reply = call(.snapshot(.with { $0.prefix = follower.prefix })) else { return false }
         guard case .snapshot(let snapshot) = reply.result else {
             return true  // refused (the prefix was validated before): leave it unsynced
@@ -126,6 +138,7 @@ extension ClientEngine {
                 releasedThrough = 0
             }
             post(.snapshot(prefix: follower.prefix, epoch: snapshot.epoch, revision: snapshot.revision, kvs: snapshot.kvs))
+            localJournal?.record(snapshot: snapshot.kvs, prefix: follower.prefix, revision: snapshot.revision, epoch: snapshot.epoch)
             if !follower.synced { post(.synced(prefix: follower.prefix)) }
         }
         follower.sequencer.reset(epoch: snapshot.epoch, through: snapshot.revision)
@@ -153,6 +166,11 @@ extension ClientEngine {
             for revision in PrefixSequencer.revisions(in: page.events) { deliver(revision, from: follower) }
             follower.sequencer.advance(through: page.revision)
             if !page.more { break }
+        }
+        if !follower.synced && follower.history == nil {  // resumed from the local journal
+            flushOutgoing()
+            post(.synced(prefix: follower.prefix))
+            resumeCount.wrappingAdd(1, ordering: .relaxed)
         }
         follower.synced = true
         follower.needsSync = false
@@ -306,6 +324,7 @@ extension ClientEngine {
     func flushOutgoing() {
         guard !outgoing.isEmpty else { return }
         post(.revision(epoch: mirrorEpoch, events: outgoing, settled: settledRevision()))
+        localJournal?.record(outgoing, epoch: mirrorEpoch)
         outgoing.removeAll(keepingCapacity: true)
     }
 }

@@ -24,6 +24,12 @@ final class ClientEngine: @unchecked Sendable {
     let repairCount = Atomic<Int>(0)
     let resyncCount = Atomic<Int>(0)
     let revisionCount = Atomic<Int>(0)
+    let snapshotCount = Atomic<Int>(0)
+    let resumeCount = Atomic<Int>(0)
+    /// The local journal, if configured: resumes from its bookmarks, saves what is applied.
+    let localJournal: LocalJournal?
+    private var savedBookmarks: [String: UInt64] = [:]
+    private var nextSave: UInt64 = 0
     private var thread: Thread?
 
     // I/O-thread state.
@@ -45,7 +51,7 @@ final class ClientEngine: @unchecked Sendable {
     /// The highest revision handed to the graph in ``mirrorEpoch``.
     var releasedThrough: UInt64 = 0
     /// The epoch the graph's mirrors belong to (0 before the first snapshot).
-    var mirrorEpoch: UInt64 = 0
+    var mirrorEpoch: UInt64
     /// Writes sent and not answered, by request id.
     var pendingWrites: [UInt64: PendingWrite] = [:]
     /// Writes answered and waiting for their mirrors to catch up.
@@ -64,10 +70,12 @@ final class ClientEngine: @unchecked Sendable {
     var heartbeatIntervalMs: UInt64 = 1000
     private var connection = ConnectionState.connecting
 
-    init(configuration: BeaconConfiguration, sessionID: Data,
+    init(configuration: BeaconConfiguration, sessionID: Data, localJournal: LocalJournal?,
          deliver: @escaping @Sendable (GraphUpdate) -> Void) throws(BeaconError) {
         self.configuration = configuration
         self.sessionID = sessionID
+        self.localJournal = localJournal
+        mirrorEpoch = localJournal?.contents.epoch ?? 0
         self.deliver = deliver
         do {
             wakePipe = try WakePipe()
@@ -146,10 +154,16 @@ final class ClientEngine: @unchecked Sendable {
             flushOutgoing()
             serviceWrites(now: now)
             if nextKeepAlive > 0 && now >= nextKeepAlive { keepSessionAlive(now: now) }
+            if localJournal != nil && now >= nextSave {
+                saveLocalJournal()
+                nextSave = now + 250
+            }
             updateConnection(now: now)
         }
         failEverything(BeaconError(.closed, "the client was closed"))
         endSession()
+        saveLocalJournal()
+        localJournal?.close()
         dealer.close()
         subscriber.close()
         dealer = nil
@@ -313,6 +327,22 @@ final class ClientEngine: @unchecked Sendable {
             heard()
             handle(reply)
         }
+    }
+
+    // MARK: Local journal
+
+    /// Saves what was applied since the last save, with each synced mirror's bookmark: the
+    /// revision its prefix is complete through, but never past a revision still held.
+    private func saveLocalJournal() {
+        guard let localJournal else { return }
+        let heldFloor = held.first.map { $0.revision - 1 } ?? .max
+        var bookmarks: [String: UInt64] = [:]
+        for follower in followers.values where follower.synced && !follower.needsSync {
+            bookmarks[follower.prefix] = min(follower.sequencer.through, heldFloor)
+        }
+        guard localJournal.hasPending || bookmarks != savedBookmarks else { return }
+        localJournal.save(bookmarks: bookmarks)
+        savedBookmarks = bookmarks
     }
 
     // MARK: Session

@@ -1,3 +1,4 @@
+import BeaconJournal
 import BeaconProtocol
 import BeaconSignals
 import Foundation
@@ -6,8 +7,10 @@ import Foundation
 struct KeyState {
     /// The key's state, `nil` when it does not exist (or nothing is known yet).
     var kv: Beacon_V1_KeyValue?
-    /// Whether the daemon's state has arrived at least once.
+    /// Whether the daemon's state has arrived at least once (or was loaded from the local journal).
     var synced = false
+    /// Whether the state is the local journal's, not yet confirmed by the daemon.
+    var cached = false
 }
 
 /// One mirrored key: its state as a signal, and the newest revision applied to it.
@@ -28,8 +31,10 @@ final class PrefixTable {
     let changes = MutableSignal<UInt64>(0)
     /// Bumped when keys appear or disappear.
     let membership = MutableSignal<UInt64>(0)
-    /// Whether the daemon's state has arrived at least once.
+    /// Whether the daemon's state has arrived at least once (or was loaded from the local journal).
     let synced = MutableSignal(false)
+    /// Whether the entries are the local journal's, not yet confirmed by the daemon.
+    let cached = MutableSignal(false)
     var epoch: UInt64 = 0
     /// Every change at or below this revision is in `entries` (the last snapshot's revision).
     var floor: UInt64 = 0
@@ -107,11 +112,31 @@ final class MirrorGraph {
     private var epoch: UInt64 = 0
     /// Typed signals handed out, by key and Swift type, so that asking twice gives the same one.
     var signalCache: [String: AnyObject] = [:]
+    /// What the local journal held at start: key states, and the followed prefixes' bookmarks.
+    private var cachedStates: [String: Beacon_V1_KeyValue] = [:]
+    private var cachedBookmarks: [String: UInt64] = [:]
+
+    /// Takes the local journal's contents as the starting point of mirrors made later.
+    func startFromCache(_ contents: MirrorCache.Contents) {
+        guard contents.epoch != 0 else { return }
+        epoch = contents.epoch
+        cachedBookmarks = contents.bookmarks
+        for row in contents.rows {
+            if let kv = try? Beacon_V1_KeyValue(serializedBytes: row.record) { cachedStates[row.key] = kv }
+        }
+    }
 
     /// The record for `key`, and whether it was created now (then its prefix must be followed).
     func record(for key: String) -> (KeyRecord, isNew: Bool) {
         if let record = records[key] { return (record, false) }
         let record = KeyRecord(key: key)
+        if cachedBookmarks.keys.contains(where: { key.isUnder($0) }) {
+            // The local journal followed this key: its last known state (or absence) is kept.
+            let kv = cachedStates[key]
+            record.epoch = epoch
+            record.revision = kv?.modRevision ?? 0
+            record.state.set(KeyState(kv: kv, synced: true, cached: true))
+        }
         records[key] = record
         return (record, true)
     }
@@ -120,6 +145,12 @@ final class MirrorGraph {
     func table(for prefix: String) -> (PrefixTable, isNew: Bool) {
         if let table = tables[prefix] { return (table, false) }
         let table = PrefixTable(prefix: prefix)
+        if let bookmark = cachedBookmarks[prefix] {
+            let kvs = cachedStates.filter { $0.key.isUnder(prefix) }.map(\.value)
+            _ = table.load(kvs, epoch: epoch, revision: bookmark)
+            table.synced.set(true)
+            table.cached.set(true)
+        }
         tables[prefix] = table
         return (table, true)
     }
@@ -130,8 +161,9 @@ final class MirrorGraph {
         case .revision(let epoch, let events, let settled): apply(events, epoch: epoch, settled: settled)
         case .snapshot(let prefix, let epoch, let revision, let kvs): load(prefix: prefix, epoch: epoch, revision: revision, kvs: kvs)
         case .synced(let prefix):
-            records[prefix]?.state.update { $0.synced = true }
+            records[prefix]?.state.update { $0.synced = true; $0.cached = false }
             tables[prefix]?.synced.set(true)
+            tables[prefix]?.cached.set(false)
         case .connection(let state): connection.set(state)
         case .completion: break  // run by the caller after the batch
         }
@@ -171,7 +203,7 @@ final class MirrorGraph {
                 record.epoch = epoch
                 record.revision = revision
                 let kv = byKey[record.key]
-                record.state.update { $0.kv = kv; $0.synced = true }
+                record.state.update { $0.kv = kv; $0.synced = true; $0.cached = false }
             }
         }
         for table in tables.values where table.prefix.isUnder(prefix) {
@@ -180,6 +212,7 @@ final class MirrorGraph {
             if result.changed { table.changes.update { $0 &+= 1 } }
             if result.membership { table.membership.update { $0 &+= 1 } }
             table.synced.set(true)
+            table.cached.set(false)
         }
     }
 }
