@@ -164,10 +164,7 @@ public final class BeaconClient: @unchecked Sendable {
     @discardableResult
     public func set<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64? = nil, ttl: Duration? = nil,
                                       boundToSession: Bool = false) async throws(BeaconError) -> WriteResult {
-        var put = try Beacon_V1_Put.make(key, value, ifVersion: ifVersion, createOnly: false, ttl: ttl)
-        if boundToSession { put.session = sessionID }
-        put.writeID = Self.randomID()
-        return try await write(.put(put), keys: [key], bindsSession: boundToSession)
+        try await put(key, value, ifVersion: ifVersion, createOnly: false, ttl: ttl, boundToSession: boundToSession)
     }
 
     /// Creates `key` with `value`; fails with `.alreadyExists` if it exists.
@@ -177,7 +174,12 @@ public final class BeaconClient: @unchecked Sendable {
     @discardableResult
     public func create<Value: Encodable>(_ key: String, _ value: Value, ttl: Duration? = nil,
                                          boundToSession: Bool = false) async throws(BeaconError) -> WriteResult {
-        var put = try Beacon_V1_Put.make(key, value, ifVersion: nil, createOnly: true, ttl: ttl)
+        try await put(key, value, ifVersion: nil, createOnly: true, ttl: ttl, boundToSession: boundToSession)
+    }
+
+    private func put<Value: Encodable>(_ key: String, _ value: Value, ifVersion: UInt64?, createOnly: Bool, ttl: Duration?,
+                                       boundToSession: Bool) async throws(BeaconError) -> WriteResult {
+        var put = try Beacon_V1_Put.make(key, value, ifVersion: ifVersion, createOnly: createOnly, ttl: ttl)
         if boundToSession { put.session = sessionID }
         put.writeID = Self.randomID()
         return try await write(.put(put), keys: [key], bindsSession: boundToSession)
