@@ -52,6 +52,7 @@ let package = Package(
             "BeaconZMQ", "BeaconJournal", "BeaconProtocol",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ]),
 
         .executableTarget(name: "beacond", dependencies: [

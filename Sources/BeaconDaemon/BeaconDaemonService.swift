@@ -1,23 +1,57 @@
+import Logging
 import ServiceLifecycle
+import UnixSignals
 
 /// Runs a ``BeaconServer`` as a swift-service-lifecycle `Service`: started by `run()` unless it
 /// was started already (so a caller can report start-up failures first), stopped cleanly
-/// (pending writes committed and answered, journal closed) on graceful shutdown.
+/// (pending writes committed and answered, journal closed) on graceful shutdown, and reloaded
+/// on SIGHUP when it knows how to load the configuration.
 public struct BeaconDaemonService: Service {
     /// The server this service runs.
     public let server: BeaconServer
+    private let notifier: SystemdNotifier?
+    private let logger: Logger
+    private let loadConfiguration: (@Sendable () throws -> DaemonConfiguration)?
 
     /// Creates a service for `server`.
-    public init(server: BeaconServer) {
+    /// - Parameters:
+    ///   - notifier: told of reloads (`RELOADING=1`, then `READY=1`).
+    ///   - loadConfiguration: reads the configuration again on SIGHUP; a configuration that does
+    ///     not load is logged and the running one is kept. `nil`: SIGHUP is not handled.
+    public init(server: BeaconServer, notifier: SystemdNotifier? = nil, logger: Logger = Logger(label: "beacond"),
+                loadConfiguration: (@Sendable () throws -> DaemonConfiguration)? = nil) {
         self.server = server
+        self.notifier = notifier
+        self.logger = logger
+        self.loadConfiguration = loadConfiguration
     }
 
     /// Starts the server and returns once it has stopped after a graceful shutdown.
     /// - Throws: ``DaemonError`` when the server cannot start.
     public func run() async throws {
         if !server.isStarted { try server.start() }
+        let server = server
         await withGracefulShutdownHandler {
-            await server.waitUntilStopped()
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await server.waitUntilStopped() }
+                if let loadConfiguration {
+                    let notifier = notifier
+                    let logger = logger
+                    group.addTask {
+                        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+                            notifier?.reloading()
+                            do {
+                                server.requestReload(try loadConfiguration())
+                            } catch {
+                                logger.error("reload refused; the running configuration stays", metadata: ["error": "\(error)"])
+                                notifier?.ready(status: "reload refused: \(error); running with the previous configuration")
+                            }
+                        }
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
         } onGracefulShutdown: {
             server.requestStop()
         }

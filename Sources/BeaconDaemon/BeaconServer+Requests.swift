@@ -86,7 +86,7 @@ extension BeaconServer {
                 $0.instance = instance
                 $0.headRevision = store.headRevision
                 $0.compactedRevision = journal.compactedRevision
-                $0.heartbeatIntervalMs = configuration.heartbeatIntervalMilliseconds
+                $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
                 $0.daemonVersion = BeaconVersion.string
             }
 

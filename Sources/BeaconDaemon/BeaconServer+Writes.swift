@@ -127,7 +127,7 @@ extension BeaconServer {
                     expiries.insert(.init(atMilliseconds: change.expiresAtMilliseconds, key: change.key, modRevision: change.revision))
                 }
                 if !change.session.isEmpty {
-                    sessions.bind(change.key, to: change.session, now: now, ttl: configuration.sessionTTLMilliseconds)
+                    sessions.bind(change.key, to: change.session, now: now, ttl: live.sessionTTLMilliseconds)
                 }
             }
             staged.append(StagedWrite(envelope: envelope, requestID: id, changes: changes, undo: undo,
@@ -400,7 +400,7 @@ extension BeaconServer {
         // Only what subscribers could have received: a heartbeat is a bookmark (PROTOCOL.md §6).
         heartbeat.headRevision = publishedRevision
         heartbeat.compactedRevision = journal.compactedRevision
-        heartbeat.intervalMs = configuration.heartbeatIntervalMilliseconds
+        heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = now
         heartbeat.prefixes = tracker.heads
         publish(topic: WireTopic.heartbeat, heartbeat)
@@ -445,7 +445,7 @@ extension BeaconServer {
     func compactByPolicy() {
         flushWrites()  // the journal is the loop's to use only with no commit in flight
         do {
-            let target = try journal.compactionTarget(for: configuration.retention)
+            let target = try journal.compactionTarget(for: live.retention)
             if target > journal.compactedRevision { try compact(through: target) }
         } catch {
             logger.warning("compaction failed", metadata: ["error": "\(error)"])

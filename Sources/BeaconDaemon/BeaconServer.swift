@@ -13,8 +13,14 @@ import Synchronization
 /// thread; the loop waits for that commit before it reads the journal itself. Other threads talk
 /// to the server only through ``requestStop()`` and ``waitUntilStopped()``.
 public final class BeaconServer: @unchecked Sendable {
-    /// The configuration the server runs with.
+    /// The configuration the server started with.
     public let configuration: DaemonConfiguration
+    /// Where the server reports readiness, status and watchdog keep-alives (systemd); set it
+    /// before ``start()``.
+    public var notifier: SystemdNotifier?
+    /// The settings in force: ``configuration`` plus reloads (loop thread only).
+    var live: DaemonConfiguration
+    private let pendingReload = Mutex<DaemonConfiguration?>(nil)
     let logger: Logger
 
     // Loop-thread state. Written before the thread starts, then only on it.
@@ -74,6 +80,7 @@ public final class BeaconServer: @unchecked Sendable {
     ///   - logger: where the server logs; it logs requests at `trace`, faults at `warning`+.
     public init(configuration: DaemonConfiguration, logger: Logger) throws(DaemonError) {
         self.configuration = configuration
+        live = configuration
         self.logger = logger
         do {
             self.wake = try WakePipe()
@@ -115,6 +122,7 @@ public final class BeaconServer: @unchecked Sendable {
             "journal.epoch": "\(journal.epoch)", "journal.head": "\(journal.headRevision)",
             "keys": "\(store.liveCount)",
         ])
+        notifier?.ready(status: statusLine(writesPerSecond: 0))
         let thread = Thread { [self] in self.loop() }
         thread.name = "beacond-loop"
         thread.stackSize = 8 << 20
@@ -128,8 +136,48 @@ public final class BeaconServer: @unchecked Sendable {
     /// Asks the loop to finish: pending writes are committed and answered, sockets and journal
     /// closed. Safe from any thread; returns at once.
     public func requestStop() {
+        notifier?.stopping()
         stopFlag.store(true, ordering: .sequentiallyConsistent)
         wake.wake()
+    }
+
+    /// Applies the reloadable settings of `configuration` (heartbeat interval, retention,
+    /// compaction interval, batch size, session time to live) on the loop, then reports
+    /// readiness again. Settings that need a restart (directories, endpoints, durability,
+    /// socket mode) are logged and left as they are. Safe from any thread.
+    public func requestReload(_ configuration: DaemonConfiguration) {
+        pendingReload.withLock { $0 = configuration }
+        wake.wake()
+    }
+
+    private func applyPendingReload() {
+        guard let next = pendingReload.withLock({ pending in defer { pending = nil }; return pending }) else { return }
+        let restartOnly: [(String, Bool)] = [
+            ("runtime_dir", next.runtimeDirectory != live.runtimeDirectory),
+            ("state_dir", next.stateDirectory != live.stateDirectory),
+            ("request_endpoint", next.extraRequestEndpoints != live.extraRequestEndpoints),
+            ("publish_endpoint", next.extraPublishEndpoints != live.extraPublishEndpoints),
+            ("durability", next.durability != live.durability),
+            ("socket_mode", next.socketMode != live.socketMode),
+            ("publish_hwm", next.publishHighWaterMark != live.publishHighWaterMark),
+        ]
+        for (name, changed) in restartOnly where changed {
+            logger.warning("setting changed on reload; it takes effect at the next start", metadata: ["setting": "\(name)"])
+        }
+        live.heartbeatIntervalMilliseconds = next.heartbeatIntervalMilliseconds
+        live.retention = next.retention
+        live.compactionIntervalSeconds = next.compactionIntervalSeconds
+        live.maxBatch = next.maxBatch
+        live.sessionTTLMilliseconds = next.sessionTTLMilliseconds
+        logger.info("configuration reloaded", metadata: ["heartbeat.ms": "\(live.heartbeatIntervalMilliseconds)"])
+        notifier?.ready(status: statusLine(writesPerSecond: 0))
+    }
+
+    /// The one-line status systemd shows.
+    func statusLine(writesPerSecond: Double) -> String {
+        "revision \(store.headRevision), \(store.liveCount) keys, \(tracker.tracked.count) followed prefixes, "
+            + "\(Int(writesPerSecond.rounded())) writes/s, journal \(journal.sizeInBytes / 1024) KiB"
+            + (readOnlyUntilMilliseconds > Journal.nowMilliseconds() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
     }
 
     /// Waits until the loop has finished and everything is closed.
@@ -174,7 +222,7 @@ public final class BeaconServer: @unchecked Sendable {
             }
             // Sessions get a full time to live after a restart for their writers to renew them.
             if !entry.session.isEmpty {
-                sessions.bind(key, to: entry.session, now: now, ttl: configuration.sessionTTLMilliseconds)
+                sessions.bind(key, to: entry.session, now: now, ttl: live.sessionTTLMilliseconds)
             }
         }
     }
@@ -218,10 +266,17 @@ public final class BeaconServer: @unchecked Sendable {
         let publisherIndex = poller.add(publisher)
         let wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
         var nextHeartbeat: UInt64 = 0
-        var nextCompaction = Journal.nowMilliseconds() + configuration.compactionIntervalSeconds * 1000
+        var nextCompaction = Journal.nowMilliseconds() + live.compactionIntervalSeconds * 1000
+        // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
+        let watchdogMilliseconds = notifier?.watchdogInterval.map { UInt64($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
+        var nextWatchdog: UInt64 = 0
+        var nextStatus = Journal.nowMilliseconds() + 2000
+        var writesAtLastStatus = counters.writes
         while !stopFlag.load(ordering: .relaxed) {
             let now = Journal.nowMilliseconds()
             var deadline = min(nextHeartbeat, nextCompaction)
+            if notifier != nil { deadline = min(deadline, nextStatus) }
+            if watchdogMilliseconds != nil { deadline = min(deadline, nextWatchdog) }
             if let expiry = expiries.next { deadline = min(deadline, expiry.atMilliseconds) }
             if let end = sessions.nextDeadline { deadline = min(deadline, end) }
             let timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
@@ -242,11 +297,24 @@ public final class BeaconServer: @unchecked Sendable {
             if after >= nextHeartbeat {
                 tracker.expireLeases(nowMilliseconds: after)
                 publishHeartbeat(now: after)
-                nextHeartbeat = after + UInt64(configuration.heartbeatIntervalMilliseconds)
+                nextHeartbeat = after + UInt64(live.heartbeatIntervalMilliseconds)
             }
             if after >= nextCompaction {
                 compactByPolicy()
-                nextCompaction = after + configuration.compactionIntervalSeconds * 1000
+                nextCompaction = after + live.compactionIntervalSeconds * 1000
+            }
+            applyPendingReload()
+            if let notifier {
+                if let interval = watchdogMilliseconds, after >= nextWatchdog {
+                    notifier.watchdog()
+                    nextWatchdog = after + max(interval / 2, 1)
+                }
+                if after >= nextStatus {
+                    let rate = Double(counters.writes - writesAtLastStatus) / 2
+                    writesAtLastStatus = counters.writes
+                    notifier.status(statusLine(writesPerSecond: rate))
+                    nextStatus = after + 2000
+                }
             }
         }
         // Requests already read are answered; then everything closes in order.
@@ -296,7 +364,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     private func drainRequests() {
         var count = 0
-        while count < configuration.maxBatch {
+        while count < live.maxBatch {
             let frames: [ZMQMessage]?
             do {
                 frames = try router.receiveMessage(flags: .dontWait)
@@ -307,7 +375,7 @@ public final class BeaconServer: @unchecked Sendable {
             guard let frames else { break }
             count += 1
             handle(frames)
-            if staged.count >= configuration.maxBatch {
+            if staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.
                 waitForCommitThenSubmit()
             }

@@ -63,18 +63,56 @@ struct Beacond: AsyncParsableCommand {
         }
         let logger = Logger(label: "beacond")
 
+        let configuration: DaemonConfiguration
+        do {
+            configuration = try loadConfiguration()
+        } catch let error as ValidationError {
+            throw error
+        } catch let error as ConfigurationUnreadable {
+            Self.fail("beacond: \(error)", code: 78)
+        } catch {
+            Self.fail("beacond: invalid configuration: \(error)", code: 78)
+        }
+
+        let server: BeaconServer
+        let notifier = SystemdNotifier()
+        do {
+            server = try BeaconServer(configuration: configuration, logger: logger)
+            server.notifier = notifier
+            try server.start()
+        } catch {
+            let code: Int32 = switch error.code {
+            case .alreadyRunning: 69
+            case .journal: 74
+            default: 70
+            }
+            Self.fail("beacond: \(error.message)", code: code)
+        }
+        let group = ServiceGroup(configuration: .init(
+            services: [.init(service: BeaconDaemonService(server: server, notifier: notifier, logger: logger) {
+                try self.loadConfiguration()
+            })],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        try await group.run()
+    }
+
+    /// The embedded defaults, then the configuration file, then the flags. Called at start and
+    /// on SIGHUP (reload).
+    /// - Throws: `ValidationError` for bad flags; `DaemonConfiguration.FileError` or a read
+    ///   error for the file.
+    func loadConfiguration() throws -> DaemonConfiguration {
         var configuration = DaemonConfiguration(
             runtimeDirectory: DaemonConfiguration.defaultRuntimeDirectory(),
             stateDirectory: DaemonConfiguration.defaultStateDirectory())
         if let config {
+            let text: String
             do {
-                let text = try String(contentsOfFile: config, encoding: .utf8)
-                try configuration.apply(fileContents: text, path: config)
-            } catch let error as DaemonConfiguration.FileError {
-                Self.fail("beacond: invalid configuration: \(error)", code: 78)
+                text = try String(contentsOfFile: config, encoding: .utf8)
             } catch {
-                Self.fail("beacond: cannot read configuration \(config): \(error.localizedDescription)", code: 78)
+                throw ConfigurationUnreadable(message: "cannot read configuration \(config): \(error.localizedDescription)")
             }
+            try configuration.apply(fileContents: text, path: config)
         }
         if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
         if let stateDir { configuration.stateDirectory = stateDir }
@@ -89,24 +127,12 @@ struct Beacond: AsyncParsableCommand {
         }
         if let maxBatch { configuration.maxBatch = max(maxBatch, 1) }
         if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
+        return configuration
+    }
 
-        let server: BeaconServer
-        do {
-            server = try BeaconServer(configuration: configuration, logger: logger)
-            try server.start()
-        } catch {
-            let code: Int32 = switch error.code {
-            case .alreadyRunning: 69
-            case .journal: 74
-            default: 70
-            }
-            Self.fail("beacond: \(error.message)", code: code)
-        }
-        let group = ServiceGroup(configuration: .init(
-            services: [.init(service: BeaconDaemonService(server: server))],
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
-        try await group.run()
+    struct ConfigurationUnreadable: Error, CustomStringConvertible {
+        var message: String
+        var description: String { message }
     }
 
     static func fail(_ message: String, code: Int32) -> Never {

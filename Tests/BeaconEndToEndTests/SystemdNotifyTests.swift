@@ -1,0 +1,114 @@
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Testing
+
+/// Plays systemd's part: a datagram socket that collects what the daemon notifies.
+final class NotifyListener: @unchecked Sendable {
+    let path: String
+    private let fd: Int32
+    private let lock = NSLock()
+    private var received: [(at: ContinuousClock.Instant, message: String)] = []
+    private var stopped = false
+
+    init(path: String) throws {
+        self.path = path
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0, "cannot bind \(path)")
+        var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        Thread.detachNewThread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while !lock.withLock({ stopped }) {
+                let count = recv(fd, &buffer, buffer.count, 0)
+                if count > 0 {
+                    let message = String(decoding: buffer[0..<count], as: UTF8.self)
+                    lock.withLock { received.append((.now, message)) }
+                }
+            }
+        }
+    }
+
+    var messages: [String] { lock.withLock { received.map(\.message) } }
+
+    /// Waits for a message (after the first `after` ones) that contains `text`; returns its index.
+    func waitFor(_ text: String, after: Int = 0, timeout: Duration = .seconds(10)) async throws -> Int {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let all = messages
+            if let index = all.indices.dropFirst(after).first(where: { all[$0].contains(text) }) { return index }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("no notification containing \(text) after #\(after); got \(messages)")
+        return -1
+    }
+
+    func stop() {
+        lock.withLock { stopped = true }
+        usleep(150_000)
+        close(fd)
+    }
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct SystemdNotifyTests {
+    @Test func theDaemonNotifiesReadyStatusWatchdogReloadingAndStopping() async throws {
+        let dir = try temporaryDirectory()
+        let listener = try NotifyListener(path: dir + "/notify.sock")
+        defer { listener.stop() }
+        let config = dir + "/beacond.conf"
+        try "heartbeat_ms = 100\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacond"))
+        process.arguments = ["--runtime-dir", dir + "/run", "--state-dir", dir + "/state", "--config", config, "--log-level", "error"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = listener.path
+        environment["WATCHDOG_USEC"] = "400000"
+        process.environment = environment
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+
+        // READY=1 comes once the sockets answer: a ping succeeds at once.
+        let ready = try await listener.waitFor("READY=1")
+        let client = try WireClient(runtimeDirectory: dir + "/run")
+        #expect(try client.ping(timeoutMilliseconds: 500).heartbeatIntervalMs == 100)
+        #expect(listener.messages[ready].contains("STATUS=revision 0, 0 keys"))
+
+        // Keep-alives at half the watchdog interval, and live figures in STATUS=.
+        _ = try client.put("k.a", .with { $0.intValue = 1 })
+        _ = try client.put("k.b", .with { $0.intValue = 2 })
+        let firstWatchdog = try await listener.waitFor("WATCHDOG=1")
+        _ = try await listener.waitFor("WATCHDOG=1", after: firstWatchdog + 1, timeout: .seconds(2))
+        _ = try await listener.waitFor("STATUS=revision 2, 2 keys", timeout: .seconds(5))
+
+        // SIGHUP: RELOADING=1 (with the monotonic time), then READY=1, and the new setting applies.
+        try "heartbeat_ms = 250\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let before = listener.messages.count
+        kill(process.processIdentifier, SIGHUP)
+        let reloading = try await listener.waitFor("RELOADING=1", after: before)
+        #expect(listener.messages[reloading].contains("MONOTONIC_USEC="))
+        _ = try await listener.waitFor("READY=1", after: reloading)
+        #expect(try client.ping().heartbeatIntervalMs == 250)
+
+        // A bad file on reload is refused; the running configuration stays.
+        try "heartbeat_ms = often\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let beforeBad = listener.messages.count
+        kill(process.processIdentifier, SIGHUP)
+        let refused = try await listener.waitFor("READY=1", after: beforeBad)
+        #expect(listener.messages[refused].contains("reload refused"))
+        #expect(try client.ping().heartbeatIntervalMs == 250)
+
+        // SIGTERM: STOPPING=1, then a clean exit.
+        let beforeStop = listener.messages.count
+        kill(process.processIdentifier, SIGTERM)
+        _ = try await listener.waitFor("STOPPING=1", after: beforeStop)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+    }
+}
