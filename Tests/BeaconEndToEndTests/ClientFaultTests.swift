@@ -327,7 +327,8 @@ struct ClientSessionTests {
         try await test.client.transaction([.set("ui.lock", 1, boundToSession: true), .set("ui.note", "kept")])
         await watcher.wait("for the bound value") { seen.value == "ada" }
         test.client.close()
-        await watcher.wait(timeout: .seconds(2), "for the session's keys to go") { seen.isDeleted }
+        // Well before the 60 s session timeout: the close ended the session.
+        await watcher.wait(timeout: .seconds(15), "for the session's keys to go") { seen.isDeleted }
         let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         #expect(throws: WireError.self) { try wire.get("ui.lock") }
         #expect(try wire.get("ui.note").value.stringValue == "kept")

@@ -358,14 +358,14 @@ final class ClientEngine: @unchecked Sendable {
     }
 
     /// Ends the session, so that its keys go now rather than after `sessionTimeout` (best effort:
-    /// waits at most a fifth of a second for the daemon).
+    /// waits at most half a second for the daemon).
     private func endSession() {
         guard nextKeepAlive > 0 else { return }
         let id = nextID()
         sendRequest(id: id, .keepAlive(.with { $0.session = sessionID; $0.ttlMs = 0 }))
         let poller = ZMQPoller()
         poller.add(dealer)
-        let deadline = Self.now() + 200
+        let deadline = Self.now() + 500
         while Self.now() < deadline {
             while let reply = receiveReply() { if reply.id == id { return } }
             _ = try? poller.poll(timeoutMilliseconds: 20)
