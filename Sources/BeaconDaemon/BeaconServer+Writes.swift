@@ -218,13 +218,17 @@ extension BeaconServer {
     static let inlineCommitLimit = 32
 
     /// Starts committing what is staged if no commit is in flight (the loop goes on reading).
-    func submitStagedIfIdle() {
+    /// Commits what is staged if no commit is in flight: a small batch inline (published and
+    /// answered before this returns), a larger one on the commit thread.
+    /// - Parameter inline: whether a small batch may be committed inline. Not while a committed
+    ///   batch waits to be published: the inline one would be published first, out of order.
+    func submitStagedIfIdle(inline: Bool = true) {
         guard !commits.inFlight, !staged.isEmpty else { return }
         committing = staged
         staged.removeAll(keepingCapacity: true)
         let changes = stagedChanges
         stagedChanges.removeAll(keepingCapacity: true)
-        if committing.count <= Self.inlineCommitLimit {
+        if inline && committing.count <= Self.inlineCommitLimit {
             // The commit thread is idle, so the journal is the loop's to use.
             complete(Result { () throws(JournalError) in try journal.append(changes) })
         } else {
@@ -262,9 +266,10 @@ extension BeaconServer {
         case .success:
             readOnlyReason = nil
             counters.commits += 1
-            // Keep the commit thread busy: the next batch commits while this one is published
-            // and answered (it is published only after this one, when its own commit completes).
-            submitStagedIfIdle()
+            // Keep the commit thread busy: the next batch commits there while this one is
+            // published and answered (it is published only when its own commit completes, after
+            // this one). Never inline here: an inline commit publishes at once, before this batch.
+            submitStagedIfIdle(inline: false)
             for write in batch {
                 publish(write)
                 publishedRevision = write.changes[0].revision
@@ -279,6 +284,7 @@ extension BeaconServer {
                 send(body: WireEncoder.writeReply(id: write.requestID, revision: write.changes[0].revision,
                                                   versions: write.changes.map(\.version)), to: envelope)
             }
+            submitStagedIfIdle()
         case .failure(let error):
             let refused = batch + staged
             for write in refused.reversed() { store.undo(write.undo) }
