@@ -11,10 +11,22 @@ enum ExitCode32 {
     static let invalidInput: Int32 = 65
     static let unavailable: Int32 = 69
     static let daemonError: Int32 = 70
+    static let outputClosed: Int32 = 74
 }
 
 @main
 struct Beacon: ParsableCommand {
+    /// A closed pipe is an error to report, not a signal to die of.
+    static func main() {
+        signal(SIGPIPE, SIG_IGN)
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            exit(withError: error)
+        }
+    }
+
     static let configuration = CommandConfiguration(
         commandName: "beacon",
         abstract: "Read, write and watch Beacon signals from a shell.",
@@ -24,10 +36,11 @@ struct Beacon: ParsableCommand {
             (or /tmp/beacon-UID) and /run/beacon (systemd) that holds the daemon's socket.
 
             Exit codes: 0 ok; 1 key not found; 3 version conflict or key exists; 64 usage; \
-            65 invalid key or value; 69 daemon unreachable; 70 other daemon error.
+            65 invalid key or value (for pub: some lines were refused); 69 daemon unreachable; \
+            70 other daemon error; 74 output closed (a pipe closed mid-stream).
             """,
         version: "0.1.0",
-        subcommands: [Set.self, Get.self, Delete.self, List.self, Watch.self, History.self, Stats.self])
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Watch.self, History.self, Replay.self, Stats.self])
 }
 
 struct Connection: ParsableArguments {
@@ -93,12 +106,27 @@ struct Connection: ParsableArguments {
     func print(_ object: [String: Any], text: String) {
         if json {
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-            Swift.print(String(decoding: data, as: UTF8.self))
+            writeLine(String(decoding: data, as: UTF8.self))
         } else {
-            Swift.print(text)
+            writeLine(text)
         }
-        fflush(nil)
     }
+}
+
+/// Writes one line to standard output at once; a reader that went away (a closed pipe) ends
+/// the command with one line on stderr and exit code 74 instead of a SIGPIPE.
+func writeLine(_ line: String) {
+    var bytes = Array((line + "\n").utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeMutableBytes { write(STDOUT_FILENO, $0.baseAddress! + offset, $0.count - offset) }
+        if written < 0 {
+            if errno == EINTR { continue }
+            die("beacon: output closed (\(String(cString: strerror(errno))))", code: ExitCode32.outputClosed)
+        }
+        offset += written
+    }
+    bytes.removeAll()
 }
 
 func die(_ message: String, code: Int32) -> Never {
@@ -204,21 +232,37 @@ extension Beacon {
         @OptionGroup var connection: Connection
         @Argument(help: "The prefix (default: every key).") var prefix: String = ""
         @Option(name: .long, help: ArgumentHelp("Stop after this many changes.", valueName: "n")) var count: Int?
+        @Option(name: .long, help: ArgumentHelp("Replay the journal's changes from this revision first, instead of printing the current values.", valueName: "rev"))
+        var from: UInt64?
         func run() throws {
             var printed = 0
             connection.run { (client) throws(WireError) in
+                // Subscribe and snapshot first: the replay then ends exactly where live changes begin.
                 let follower = try PrefixFollower(client: client, prefix: prefix)
-                for kv in follower.state.values.sorted(by: { $0.key < $1.key }) {
-                    connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+                func show(_ event: Beacon_V1_Event) -> Bool {
+                    connection.print(eventObject(event), text: eventText(event))
+                    printed += 1
+                    return count.map { printed >= $0 } ?? false
                 }
-                if let count, count <= 0 { return }
+                if let from {
+                    var start = from
+                    while start <= follower.through {
+                        let page = try client.history(prefix, exact: false, from: start, to: follower.through)
+                        for event in page.events where show(event) { return }
+                        guard page.more else { break }
+                        start = page.revision + 1
+                    }
+                } else {
+                    for kv in follower.state.values.sorted(by: { $0.key < $1.key }) {
+                        connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+                    }
+                }
+                if let count, printed >= count { return }
                 while true {
                     guard let update = try follower.next(timeoutMilliseconds: 1000) else { continue }
                     guard case .revision(let events) = update else { continue }
-                    for event in events {
-                        connection.print(eventObject(event), text: eventText(event))
-                        printed += 1
-                        if let count, printed >= count { return }
+                    for event in events where event.revision >= (from ?? 0) {
+                        if show(event) { return }
                     }
                 }
             }

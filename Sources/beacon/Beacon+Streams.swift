@@ -1,0 +1,139 @@
+import ArgumentParser
+import BeaconProtocol
+import BeaconWire
+import Foundation
+
+extension Beacon {
+    struct Pub: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Publish writes read from standard input, as fast as the daemon accepts them.",
+            discussion: """
+                Each line is either KEY VALUE (the value JSON if it parses, else the rest of the line as \\
+                a string) or a JSON object {"key": …, "value": …}, or {"key": …, "op": "delete"} — the \\
+                form `beacon replay` prints. Lines are sent in order with up to --window in flight. \\
+                A line the daemon refuses (or that does not parse) is reported on stderr with its \\
+                number; the others still go. At the end a summary says what was committed.
+                """)
+        @OptionGroup var connection: Connection
+        @Option(name: .long, help: ArgumentHelp("Writes in flight at once.", valueName: "n")) var window = 1000
+
+        func run() throws {
+            let client = try connection.client()
+            var lineOf: [UInt64: Int] = [:]
+            var committed = 0, refused = 0
+            var firstRevision: UInt64 = 0, lastRevision: UInt64 = 0
+
+            func receiveOne() {
+                let reply: Beacon_V1_Reply?
+                do {
+                    reply = try client.receiveReply(timeoutMilliseconds: connection.timeout)
+                } catch {
+                    connection.fail(error)
+                }
+                guard let reply else {
+                    die("beacon: no reply from the daemon within \(connection.timeout) ms (\(committed) writes committed so far)",
+                        code: ExitCode32.unavailable)
+                }
+                guard let line = lineOf.removeValue(forKey: reply.id) else { return }
+                switch reply.result {
+                case .write(let write):
+                    committed += 1
+                    if firstRevision == 0 { firstRevision = write.revision }
+                    lastRevision = write.revision
+                case .error(let error):
+                    refused += 1
+                    warn("beacon: line \(line): \(error.message)")
+                default:
+                    refused += 1
+                    warn("beacon: line \(line): unexpected reply")
+                }
+            }
+
+            var number = 0
+            while let line = readLine(strippingNewline: true) {
+                number += 1
+                if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
+                let op: Beacon_V1_Request.OneOf_Op
+                switch Self.parse(line) {
+                case .success(let parsed): op = parsed
+                case .failure(let problem):
+                    refused += 1
+                    warn("beacon: line \(number): \(problem.message)")
+                    continue
+                }
+                do {
+                    lineOf[try client.send(op)] = number
+                } catch {
+                    connection.fail(error)
+                }
+                while lineOf.count >= max(window, 1) { receiveOne() }
+            }
+            while !lineOf.isEmpty { receiveOne() }
+            connection.print(["committed": committed, "refused": refused, "first_revision": firstRevision, "last_revision": lastRevision],
+                             text: committed == 0 ? "committed nothing, refused \(refused)"
+                                 : "committed \(committed) writes (revisions \(firstRevision)–\(lastRevision)), refused \(refused)")
+            if refused > 0 { throw ExitCode(ExitCode32.invalidInput) }
+        }
+
+        struct LineProblem: Error { let message: String }
+
+        /// The write one input line asks for.
+        static func parse(_ line: String) -> Result<Beacon_V1_Request.OneOf_Op, LineProblem> {
+            if line.first == "{" {
+                guard let data = line.data(using: .utf8),
+                      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+                    return .failure(LineProblem(message: "not a JSON object"))
+                }
+                guard let key = object["key"] as? String else { return .failure(LineProblem(message: "no \"key\" string")) }
+                switch object["op"] as? String ?? "put" {
+                case "put":
+                    guard let value = object["value"] else { return .failure(LineProblem(message: "no \"value\" for \(key)")) }
+                    return .success(.put(.with { $0.key = key; $0.value = Beacon_V1_Value(jsonObject: value) }))
+                case "delete", "expire":
+                    return .success(.delete(.with { $0.key = key }))
+                case let other:
+                    return .failure(LineProblem(message: "unknown op \"\(other)\" (put or delete)"))
+                }
+            }
+            let parts = line.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+            guard parts.count == 2 else { return .failure(LineProblem(message: "expected KEY VALUE")) }
+            let text = String(parts[1])
+            let value = Beacon_V1_Value(json: text) ?? .with { $0.stringValue = text }
+            return .success(.put(.with { $0.key = String(parts[0]); $0.value = value }))
+        }
+    }
+
+    struct Replay: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Re-emit a range of the journal as a change stream (JSON lines `beacon pub` reads).",
+            discussion: """
+                Prints every change under PREFIX with --from <= revision <= --to, in order, one JSON \\
+                object per line: revision, part, parts, key, op (put, delete, expire), version and, \\
+                for puts, value. Pipe it into `beacon pub` (of another daemon) to apply the same \\
+                changes there; bytes values travel as base64 strings.
+                """)
+        @OptionGroup var connection: Connection
+        @Argument(help: "The prefix (default: every key).") var prefix: String = ""
+        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64 = 0
+        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
+
+        func run() throws {
+            var start = from
+            while true {
+                let page = connection.run { (client) throws(WireError) in
+                    try client.history(prefix, exact: false, from: start, to: to, timeoutMilliseconds: connection.timeout)
+                }
+                for event in page.events {
+                    let data = (try? JSONSerialization.data(withJSONObject: eventObject(event), options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+                    writeLine(String(decoding: data, as: UTF8.self))
+                }
+                guard page.more else { break }
+                start = page.revision + 1
+            }
+        }
+    }
+}
+
+func warn(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}

@@ -1,0 +1,191 @@
+import BeaconWire
+import Foundation
+import Testing
+
+/// What a `beacon` run printed and how it ended.
+struct ToolRun {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+    var lines: [String] { stdout.split(separator: "\n").map(String.init) }
+    func json(_ line: Int = 0) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(lines[line].utf8)) as? [String: Any])
+    }
+}
+
+/// Runs the built `beacon` with `arguments`, feeding `input` on stdin.
+func beacon(_ arguments: [String], input: String? = nil, runtimeDirectory: String?) throws -> ToolRun {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: try binary("beacon"))
+    // Options of a subcommand follow it; a usage error must stay one (no directory appended).
+    process.arguments = arguments + (runtimeDirectory.map { ["--runtime-dir", $0] } ?? [])
+    let out = Pipe(), err = Pipe(), inPipe = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = inPipe
+    try process.run()
+    if let input {
+        let data = Data(input.utf8)
+        Thread.detachNewThread {
+            inPipe.fileHandleForWriting.write(data)
+            try? inPipe.fileHandleForWriting.close()
+        }
+    } else {
+        try? inPipe.fileHandleForWriting.close()
+    }
+    let stdoutData = Mutex2<Data>(Data())
+    let reader = Thread { stdoutData.set(out.fileHandleForReading.readDataToEndOfFile()) }
+    reader.start()
+    let stderrData = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    while reader.isExecuting || !reader.isFinished { usleep(1000) }
+    return ToolRun(status: process.terminationStatus, stdout: String(decoding: stdoutData.get(), as: UTF8.self),
+                   stderr: String(decoding: stderrData, as: UTF8.self))
+}
+
+/// A value handed between threads under a lock.
+final class Mutex2<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func set(_ newValue: Value) { lock.withLock { value = newValue } }
+    func get() -> Value { lock.withLock { value } }
+}
+
+@Suite(.timeLimit(.minutes(3)))
+struct CLITests {
+    @Test func setGetListDeleteRoundTripAndJSONParsesBack() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let set = try beacon(["set", "net.mtu", "1500", "--json"], runtimeDirectory: run)
+        #expect(set.status == 0)
+        #expect(try set.json()["revision"] as? Int == 1)
+        #expect(try beacon(["set", "net.ssid", "home"], runtimeDirectory: run).stdout == "net.ssid = \"home\" at revision 2 (version 1)\n")
+        #expect(try beacon(["set", "net.cfg", "{\"a\":[1,true]}"], runtimeDirectory: run).status == 0)
+        #expect(try beacon(["set", "net.mtu", "9000", "--if-version", "1"], runtimeDirectory: run).status == 0)
+
+        let get = try beacon(["get", "net.mtu", "--json"], runtimeDirectory: run)
+        #expect(try get.json()["value"] as? Int == 9000)
+        #expect(try get.json()["version"] as? Int == 2)
+        #expect(try beacon(["get", "net.cfg"], runtimeDirectory: run).stdout == "{\"a\":[1,true]}\n")
+
+        let list = try beacon(["ls", "net.", "--json"], runtimeDirectory: run)
+        #expect(list.lines.count == 3)
+        #expect(try (0..<3).map { try list.json($0)["key"] as? String } == ["net.cfg", "net.mtu", "net.ssid"])
+
+        #expect(try beacon(["delete", "net.ssid"], runtimeDirectory: run).status == 0)
+        #expect(try beacon(["ls", "net."], runtimeDirectory: run).lines == ["net.cfg = {\"a\":[1,true]}", "net.mtu = 9000"])
+        let history = try beacon(["history", "net.ssid", "--json"], runtimeDirectory: run)
+        #expect(try history.json(1)["op"] as? String == "delete")
+    }
+
+    @Test func aHundredThousandPublishedLinesArriveCompleteAndInOrderAtAConcurrentSubscriber() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let count = 100_000
+        let subscriber = Task.detached { try beacon(["sub", "feed.", "--count", "\(count)", "--json"], runtimeDirectory: run) }
+        // Wait until the subscriber follows the prefix, then publish.
+        let wire = try WireClient(runtimeDirectory: run)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let input = (0..<count).map { "feed.k\($0 % 100) \($0)" }.joined(separator: "\n") + "\n"
+        let published = try beacon(["pub", "--json"], input: input, runtimeDirectory: run)
+        #expect(published.status == 0, "\(published.stderr)")
+        #expect(try published.json()["committed"] as? Int == count)
+
+        let received = try await subscriber.value
+        #expect(received.status == 0, "\(received.stderr)")
+        let lines = received.lines
+        #expect(lines.count == count)
+        var expected = 0
+        var lastRevision = 0
+        for line in lines {
+            guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  let value = object["value"] as? Int, let revision = object["revision"] as? Int else {
+                Issue.record("unexpected line \(line)")
+                return
+            }
+            if value != expected || revision <= lastRevision {
+                Issue.record("line \(expected): value \(value), revision \(revision) after \(lastRevision)")
+                return
+            }
+            expected += 1
+            lastRevision = revision
+        }
+    }
+
+    @Test func badInputGivesOneLineOnStderrAndTheDocumentedExitCode() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        _ = try beacon(["set", "k", "1"], runtimeDirectory: run)
+        let cases: [(arguments: [String], input: String?, status: Int32, runtime: String?)] = [
+            (["get", "absent"], nil, 1, run),                                   // not found
+            (["delete", "absent"], nil, 1, run),
+            (["set", "k", "2", "--if-version", "7"], nil, 3, run),               // version conflict
+            (["set", "k", "2", "--create"], nil, 3, run),                        // exists
+            (["set", "bad..key", "1"], nil, 65, run),                            // invalid key
+            (["set", "k", "x", "--type", "int"], nil, 65, run),                  // unparsable value
+            (["set", "k", "1", "--type", "float128"], nil, 64, run),             // unknown type
+            (["set", "k"], nil, 64, run),                                        // missing argument
+            (["frobnicate"], nil, 64, run),                                      // unknown command
+            (["pub"], "ok.k 1\nnot-a-pair\n", 65, run),                          // a refused line
+            (["get", "k", "--timeout", "300"], nil, 69, dir + "/nowhere"),       // daemon unreachable
+        ]
+        for testCase in cases {
+            let result = try beacon(testCase.arguments, input: testCase.input, runtimeDirectory: testCase.runtime)
+            #expect(result.status == testCase.status, "beacon \(testCase.arguments): \(result.stderr)")
+            #expect(!result.stderr.isEmpty, "beacon \(testCase.arguments) said nothing on stderr")
+            #expect(!result.stderr.contains("Fatal error") && !result.stderr.contains("Backtrac"), "\(result.stderr)")
+            if testCase.status != 64 && testCase.arguments.first != "pub" {
+                #expect(result.stderr.split(separator: "\n").count == 1, "beacon \(testCase.arguments): \(result.stderr)")
+            }
+        }
+        // The refused line is named; the good one was committed.
+        #expect(try beacon(["get", "ok.k"], runtimeDirectory: run).stdout == "1\n")
+    }
+
+    @Test func aReaderThatGoesAwayEndsTheStreamWithExitCode74() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let input = (0..<3000).map { "h.k \($0)" }.joined(separator: "\n") + "\n"
+        #expect(try beacon(["pub"], input: input, runtimeDirectory: daemon.runtimeDirectory).status == 0)
+        // `beacon history` into a pipe whose reader closes after the first bytes.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacon"))
+        process.arguments = ["history", "h.k", "--runtime-dir", daemon.runtimeDirectory]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        _ = out.fileHandleForReading.readData(ofLength: 16)
+        try out.fileHandleForReading.close()
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 74)
+        #expect(stderr.hasPrefix("beacon: output closed"))
+    }
+
+    @Test func replayFeedsPubOfAnotherDaemon() throws {
+        let dir = try temporaryDirectory()
+        let source = try DaemonProcess(runtimeDirectory: dir + "/a", stateDirectory: dir + "/as")
+        defer { source.stop() }
+        let target = try DaemonProcess(runtimeDirectory: dir + "/b", stateDirectory: dir + "/bs")
+        defer { target.stop() }
+        _ = try beacon(["pub"], input: "r.a 1\nr.b [1,2]\nr.c \"x\"\n", runtimeDirectory: source.runtimeDirectory)
+        _ = try beacon(["delete", "r.c"], runtimeDirectory: source.runtimeDirectory)
+        let replay = try beacon(["replay", "r."], runtimeDirectory: source.runtimeDirectory)
+        #expect(replay.lines.count == 4)
+        let applied = try beacon(["pub"], input: replay.stdout, runtimeDirectory: target.runtimeDirectory)
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(try beacon(["ls", "r."], runtimeDirectory: target.runtimeDirectory).stdout
+                == beacon(["ls", "r."], runtimeDirectory: source.runtimeDirectory).stdout)
+    }
+}
