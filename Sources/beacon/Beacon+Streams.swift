@@ -71,7 +71,7 @@ extension Beacon {
             while !lineOf.isEmpty { receiveOne() }
             connection.print(["committed": committed, "refused": refused, "first_revision": firstRevision, "last_revision": lastRevision],
                              text: committed == 0 ? "committed nothing, refused \(refused)"
-                                 : "committed \(committed) writes (revisions \(firstRevision)–\(lastRevision)), refused \(refused)")
+                                 : "committed \(committed) write\(committed == 1 ? "" : "s") (revisions \(firstRevision)–\(lastRevision)), refused \(refused)")
             if refused > 0 { throw ExitCode(ExitCode32.invalidInput) }
         }
 
