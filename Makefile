@@ -47,7 +47,7 @@ test: deps
 # The whole suite built with ThreadSanitizer in its own build folder; a race in the test process
 # or in a beacond it starts stops that process with an error.
 test-race: deps
-	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 
 bench: bench-core bench-daemon bench-client
 
