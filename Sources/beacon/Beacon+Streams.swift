@@ -118,17 +118,9 @@ extension Beacon {
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
 
         func run() throws {
-            var start = from
-            while true {
-                let page = connection.run { (client) throws(WireError) in
-                    try client.history(prefix, exact: false, from: start, to: to, timeoutMilliseconds: connection.timeout)
-                }
-                for event in page.events {
-                    let data = (try? JSONSerialization.data(withJSONObject: eventObject(event), options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-                    writeLine(String(decoding: data, as: UTF8.self))
-                }
-                guard page.more else { break }
-                start = page.revision + 1
+            connection.forEachChange(of: prefix, exact: false, from: from, to: to) { event in
+                let data = (try? JSONSerialization.data(withJSONObject: eventObject(event), options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+                writeLine(String(decoding: data, as: UTF8.self))
             }
         }
     }

@@ -87,6 +87,20 @@ struct Connection: ParsableArguments {
         }
     }
 
+    /// Calls `body` for every journaled change of a key (`exact`) or prefix in a revision range,
+    /// in order, a page of history at a time.
+    func forEachChange(of prefix: String, exact: Bool, from: UInt64, to: UInt64, _ body: (Beacon_V1_Event) -> Void) {
+        var start = from
+        while true {
+            let page = run { (client) throws(WireError) in
+                try client.history(prefix, exact: exact, from: start, to: to, timeoutMilliseconds: timeout)
+            }
+            page.events.forEach(body)
+            guard page.more else { return }
+            start = page.revision + 1
+        }
+    }
+
     func fail(_ error: WireError) -> Never {
         let code: Int32
         switch error.kind {
@@ -277,14 +291,8 @@ extension Beacon {
         @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64 = 0
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
         func run() throws {
-            var start = from
-            while true {
-                let page = connection.run { (client) throws(WireError) in
-                    try client.history(key, exact: !prefix, from: start, to: to)
-                }
-                for event in page.events { connection.print(eventObject(event), text: eventText(event)) }
-                guard page.more else { break }
-                start = page.revision + 1
+            connection.forEachChange(of: key, exact: !prefix, from: from, to: to) { event in
+                connection.print(eventObject(event), text: eventText(event))
             }
         }
     }
