@@ -7,7 +7,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -18,7 +18,9 @@ help:
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
 	@echo "make bench-client  client library: write-to-effect latency, mirror throughput, memory"
-	@echo "make install       install binaries, unit and config (PREFIX, DESTDIR honoured)"
+	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
+	@echo "make completions   bash, zsh and fish completions for beacon"
+	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
 	@echo "make proto         regenerate Swift code from proto/*.proto"
 
 # Installs the C libraries from Debian when they are missing (needs root or sudo).
@@ -61,7 +63,18 @@ bench-daemon: release
 bench-client: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" client
 
-install: release
+# Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
+man: release
+	$(SWIFT) package generate-manual
+	@mkdir -p .build/man && cp .build/plugins/GenerateManual/outputs/beacon/beacon.1 .build/plugins/GenerateManual/outputs/beacond/beacond.1 .build/man/
+	@echo "man pages in .build/man"
+
+completions: release
+	@mkdir -p .build/completions; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	for shell in bash zsh fish; do "$$bin/beacon" --generate-completion-script $$shell > .build/completions/beacon.$$shell; done
+	@echo "completions in .build/completions"
+
+install: release man completions
 	@bin="$$($(SWIFT) build -c release --show-bin-path)"; \
 	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)/etc/beacon" \
 	  "$(DESTDIR)/usr/lib/systemd/system" "$(DESTDIR)/usr/lib/sysusers.d" "$(DESTDIR)/usr/lib/tmpfiles.d"; \
@@ -70,6 +83,12 @@ install: release
 	install -m 0644 deploy/beacon.sysusers "$(DESTDIR)/usr/lib/sysusers.d/beacon.conf"; \
 	install -m 0644 deploy/beacon.tmpfiles "$(DESTDIR)/usr/lib/tmpfiles.d/beacon.conf"; \
 	[ -e "$(DESTDIR)/etc/beacon/beacond.conf" ] || install -m 0644 deploy/beacond.conf "$(DESTDIR)/etc/beacon/beacond.conf"; \
+	install -d "$(DESTDIR)$(PREFIX)/share/man/man1" "$(DESTDIR)$(PREFIX)/share/bash-completion/completions" \
+	  "$(DESTDIR)$(PREFIX)/share/zsh/site-functions" "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d"; \
+	install -m 0644 .build/man/beacon.1 .build/man/beacond.1 "$(DESTDIR)$(PREFIX)/share/man/man1/"; \
+	install -m 0644 .build/completions/beacon.bash "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/beacon"; \
+	install -m 0644 .build/completions/beacon.zsh "$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_beacon"; \
+	install -m 0644 .build/completions/beacon.fish "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/beacon.fish"; \
 	echo "installed into $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc, $(DESTDIR)/usr/lib"
 
 proto:
