@@ -40,7 +40,7 @@ struct Beacon: ParsableCommand {
             70 other daemon error; 74 output closed (a pipe closed mid-stream).
             """,
         version: "0.1.0",
-        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Watch.self, History.self, Replay.self, Stats.self])
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self])
 }
 
 struct Connection: ParsableArguments {

@@ -201,4 +201,22 @@ struct CLITests {
         #expect(try await beacon(["ls", "r."], runtimeDirectory: target.runtimeDirectory).stdout
                 == (try await beacon(["ls", "r."], runtimeDirectory: source.runtimeDirectory)).stdout)
     }
+
+    @Test func benchLoadsTheDaemonAndReportsThroughputAndPercentiles() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = try await beacon(["bench", "--writes", "2000", "--samples", "100", "--keys", "10", "--json"],
+                                   runtimeDirectory: daemon.runtimeDirectory)
+        #expect(run.status == 0, "\(run.stderr)")
+        let report = try run.json()
+        #expect(report["refused"] as? Int == 0)
+        #expect((report["writes_per_second"] as? Double ?? 0) > 0)
+        let p50 = report["p50_us"] as? Double ?? 0, p99 = report["p99_us"] as? Double ?? 0
+        #expect(p50 > 0 && p99 >= p50)
+        // Every put was committed: 2,000 pipelined and 100 timed.
+        let stats = try await beacon(["stats", "--json"], runtimeDirectory: daemon.runtimeDirectory)
+        #expect(try stats.json()["head_revision"] as? Int == 2100)
+        #expect(try await beacon(["bench", "--window", "0"], runtimeDirectory: daemon.runtimeDirectory).status == 64)
+    }
 }
