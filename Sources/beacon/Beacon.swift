@@ -242,18 +242,27 @@ extension Beacon {
 
     struct Watch: ParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "watch", abstract: "Print the values under a prefix, then every change, gaplessly.", aliases: ["sub"])
+            commandName: "watch", abstract: "Print the values under prefixes, then every change, gaplessly.",
+            discussion: """
+                With several prefixes the changes of all of them come as one stream in revision order \
+                (the daemon is followed at their common prefix and the rest is left out here).
+                """,
+            aliases: ["sub"])
         @OptionGroup var connection: Connection
-        @Argument(help: "The prefix (default: every key).") var prefix: String = ""
+        @Argument(help: "Prefixes to follow (default: every key).") var prefixes: [String] = []
         @Option(name: .long, help: ArgumentHelp("Stop after this many changes.", valueName: "n")) var count: Int?
         @Option(name: .long, help: ArgumentHelp("Replay the journal's changes from this revision first, instead of printing the current values.", valueName: "rev"))
         var from: UInt64?
         func run() throws {
             var printed = 0
+            let wanted = prefixes.isEmpty ? [""] : prefixes
+            let prefix = Self.commonPrefix(wanted)
+            func isWanted(_ key: String) -> Bool { wanted.contains { key.utf8.starts(with: $0.utf8) } }
             connection.run { (client) throws(WireError) in
                 // Subscribe and snapshot first: the replay then ends exactly where live changes begin.
                 let follower = try PrefixFollower(client: client, prefix: prefix)
                 func show(_ event: Beacon_V1_Event) -> Bool {
+                    guard isWanted(event.change.key) else { return false }
                     connection.print(eventObject(event), text: eventText(event))
                     printed += 1
                     return count.map { printed >= $0 } ?? false
@@ -267,7 +276,7 @@ extension Beacon {
                         start = page.revision + 1
                     }
                 } else {
-                    for kv in follower.state.values.sorted(by: { $0.key < $1.key }) {
+                    for kv in follower.state.values.sorted(by: { $0.key < $1.key }) where isWanted(kv.key) {
                         connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
                     }
                 }
@@ -280,6 +289,15 @@ extension Beacon {
                     }
                 }
             }
+        }
+
+        /// The longest byte prefix the given prefixes share.
+        static func commonPrefix(_ prefixes: [String]) -> String {
+            guard var common = prefixes.first.map({ Array($0.utf8) }) else { return "" }
+            for prefix in prefixes.dropFirst() {
+                common = Array(zip(common, prefix.utf8).prefix { $0 == $1 }.map(\.0))
+            }
+            return String(decoding: common, as: UTF8.self)
         }
     }
 

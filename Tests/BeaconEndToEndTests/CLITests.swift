@@ -219,4 +219,22 @@ struct CLITests {
         #expect(try stats.json()["head_revision"] as? Int == 2100)
         #expect(try await beacon(["bench", "--window", "0"], runtimeDirectory: daemon.runtimeDirectory).status == 64)
     }
+
+    @Test func subFollowsSeveralPrefixesAsOneStreamInRevisionOrder() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        _ = try await beacon(["pub"], input: "net.a 1\nnfs.b 2\nnot.c 3\n", runtimeDirectory: run)
+        // Replay from revision 1, then live; only net. and nfs. changes, in revision order.
+        let subscriber = Task { try await beacon(["sub", "net.", "nfs.", "--from", "1", "--count", "4", "--json"], runtimeDirectory: run) }
+        let wire = try WireClient(runtimeDirectory: run)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try await beacon(["pub"], input: "not.d 4\nnfs.e 5\nnet.f 6\n", runtimeDirectory: run)
+        let received = try await subscriber.value
+        #expect(received.status == 0, "\(received.stderr)")
+        #expect(try (0..<received.lines.count).map { try received.json($0)["key"] as? String } == ["net.a", "nfs.b", "nfs.e", "net.f"])
+        #expect(try (0..<received.lines.count).map { try received.json($0)["revision"] as? Int } == [1, 2, 5, 6])
+    }
 }
