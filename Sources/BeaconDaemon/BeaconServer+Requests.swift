@@ -161,6 +161,10 @@ extension BeaconServer {
                 $0.trackedPrefixes = UInt32(tracker.tracked.count)
                 $0.uptimeMs = UInt64(Date().timeIntervalSince(startedAt) * 1000)
                 $0.readOnly = readOnlyUntilMilliseconds > now
+                $0.requestConnections = UInt32(requestConnections?.count ?? 0)
+                $0.subscriberConnections = UInt32(subscriberConnections?.count ?? 0)
+                $0.writesPerSecond = writeRate.perSecond
+                $0.publicationsPerSecond = publicationRate.perSecond
             }
 
         case .compact(let compact):

@@ -51,6 +51,12 @@ public final class BeaconServer: @unchecked Sendable {
     private var context: ZMQContext?
     var router: ZMQSocket!
     var publisher: ZMQSocket!
+    /// Connections to the request and publish sockets, for `Stats`.
+    var requestConnections: ConnectionCounter?
+    var subscriberConnections: ConnectionCounter?
+    /// Recent write and publication rates, for `Stats`.
+    var writeRate = RateMeter()
+    var publicationRate = RateMeter()
     private var lock: InstanceLock?
     private let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
@@ -249,6 +255,10 @@ public final class BeaconServer: @unchecked Sendable {
                 step = "binding the publish socket to \(endpoint)"
                 try publisher.bind(endpoint)
             }
+            step = "monitoring the sockets"
+            let tag = UInt64.random(in: 0 ... .max)
+            requestConnections = try ConnectionCounter(watching: router, name: "beacond-requests-\(tag)")
+            subscriberConnections = try ConnectionCounter(watching: publisher, name: "beacond-subscribers-\(tag)")
         } catch {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
@@ -265,6 +275,8 @@ public final class BeaconServer: @unchecked Sendable {
         let routerIndex = poller.add(router)
         let publisherIndex = poller.add(publisher)
         let wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
+        let monitors = [requestConnections, subscriberConnections].compactMap { $0 }
+        let monitorIndices = monitors.map { poller.add($0.events) }
         var nextHeartbeat: UInt64 = 0
         var nextCompaction = Journal.nowMilliseconds() + live.compactionIntervalSeconds * 1000
         // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
@@ -287,6 +299,7 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
+            for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) { monitor.drain() }
             completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
             if poller.readyEvents(routerIndex).contains(.readable) { drainRequests() }
@@ -295,6 +308,8 @@ public final class BeaconServer: @unchecked Sendable {
             if let expiry = expiries.next, expiry.atMilliseconds <= after { expireDueKeys(now: after) }
             if let end = sessions.nextDeadline, end <= after { endSessions(now: after) }
             if after >= nextHeartbeat {
+                writeRate.record(counters.writes, at: after)
+                publicationRate.record(counters.published, at: after)
                 tracker.expireLeases(nowMilliseconds: after)
                 publishHeartbeat(now: after)
                 nextHeartbeat = after + UInt64(live.heartbeatIntervalMilliseconds)
@@ -320,6 +335,8 @@ public final class BeaconServer: @unchecked Sendable {
         // Requests already read are answered; then everything closes in order.
         flushWrites()
         commits.stop()
+        requestConnections?.close()
+        subscriberConnections?.close()
         router.close()
         publisher.close()
         journal.close()

@@ -316,7 +316,7 @@ extension Beacon {
     }
 
     struct Stats: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the daemon's revision, keys and counters.")
+        static let configuration = CommandConfiguration(abstract: "Print the daemon's revision, keys, connections, rates and journal size.")
         @OptionGroup var connection: Connection
         func run() throws {
             let stats = connection.run { (client) throws(WireError) in try client.stats(timeoutMilliseconds: connection.timeout) }
@@ -326,6 +326,8 @@ extension Beacon {
                 "writes": stats.writes, "commits": stats.commits, "rejected": stats.rejected, "published": stats.published,
                 "requests": stats.requests, "tracked_prefixes": stats.trackedPrefixes, "uptime_ms": stats.uptimeMs,
                 "read_only": stats.readOnly,
+                "request_connections": stats.requestConnections, "subscriber_connections": stats.subscriberConnections,
+                "writes_per_second": stats.writesPerSecond.rounded(), "publications_per_second": stats.publicationsPerSecond.rounded(),
             ]
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }

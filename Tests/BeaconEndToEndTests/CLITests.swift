@@ -217,6 +217,8 @@ struct CLITests {
         // Every put was committed: 2,000 pipelined and 100 timed.
         let stats = try await beacon(["stats", "--json"], runtimeDirectory: daemon.runtimeDirectory)
         #expect(try stats.json()["head_revision"] as? Int == 2100)
+        #expect((try stats.json()["writes_per_second"] as? Double ?? 0) > 0)
+        #expect(try stats.json()["request_connections"] as? Int == 1)  // the stats command's own
         #expect(try await beacon(["bench", "--window", "0"], runtimeDirectory: daemon.runtimeDirectory).status == 64)
     }
 
@@ -231,6 +233,7 @@ struct CLITests {
         let wire = try WireClient(runtimeDirectory: run)
         let deadline = ContinuousClock.now + .seconds(30)
         while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(try await beacon(["stats", "--json"], runtimeDirectory: run).json()["subscriber_connections"] as? Int == 1)
         _ = try await beacon(["pub"], input: "not.d 4\nnfs.e 5\nnet.f 6\n", runtimeDirectory: run)
         let received = try await subscriber.value
         #expect(received.status == 0, "\(received.stderr)")

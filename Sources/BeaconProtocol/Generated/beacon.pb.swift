@@ -1186,48 +1186,119 @@ public nonisolated struct Beacon_V1_EventsReply: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beacon_V1_StatsReply: Sendable {
+public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var epoch: UInt64 = 0
+  public var epoch: UInt64 {
+    get {_storage._epoch}
+    set {_uniqueStorage()._epoch = newValue}
+  }
 
-  public var instance: UInt64 = 0
+  public var instance: UInt64 {
+    get {_storage._instance}
+    set {_uniqueStorage()._instance = newValue}
+  }
 
-  public var headRevision: UInt64 = 0
+  public var headRevision: UInt64 {
+    get {_storage._headRevision}
+    set {_uniqueStorage()._headRevision = newValue}
+  }
 
-  public var compactedRevision: UInt64 = 0
+  public var compactedRevision: UInt64 {
+    get {_storage._compactedRevision}
+    set {_uniqueStorage()._compactedRevision = newValue}
+  }
 
-  public var keys: UInt64 = 0
+  public var keys: UInt64 {
+    get {_storage._keys}
+    set {_uniqueStorage()._keys = newValue}
+  }
 
-  public var tombstones: UInt64 = 0
+  public var tombstones: UInt64 {
+    get {_storage._tombstones}
+    set {_uniqueStorage()._tombstones = newValue}
+  }
 
-  public var journalBytes: UInt64 = 0
+  public var journalBytes: UInt64 {
+    get {_storage._journalBytes}
+    set {_uniqueStorage()._journalBytes = newValue}
+  }
 
   /// write requests committed since start
-  public var writes: UInt64 = 0
+  public var writes: UInt64 {
+    get {_storage._writes}
+    set {_uniqueStorage()._writes = newValue}
+  }
 
   /// requests answered with an error since start
-  public var rejected: UInt64 = 0
+  public var rejected: UInt64 {
+    get {_storage._rejected}
+    set {_uniqueStorage()._rejected = newValue}
+  }
 
   /// messages published since start
-  public var published: UInt64 = 0
+  public var published: UInt64 {
+    get {_storage._published}
+    set {_uniqueStorage()._published = newValue}
+  }
 
-  public var requests: UInt64 = 0
+  public var requests: UInt64 {
+    get {_storage._requests}
+    set {_uniqueStorage()._requests = newValue}
+  }
 
-  public var trackedPrefixes: UInt32 = 0
+  public var trackedPrefixes: UInt32 {
+    get {_storage._trackedPrefixes}
+    set {_uniqueStorage()._trackedPrefixes = newValue}
+  }
 
-  public var uptimeMs: UInt64 = 0
+  public var uptimeMs: UInt64 {
+    get {_storage._uptimeMs}
+    set {_uniqueStorage()._uptimeMs = newValue}
+  }
 
   /// journal transactions since start
-  public var commits: UInt64 = 0
+  public var commits: UInt64 {
+    get {_storage._commits}
+    set {_uniqueStorage()._commits = newValue}
+  }
 
-  public var readOnly: Bool = false
+  public var readOnly: Bool {
+    get {_storage._readOnly}
+    set {_uniqueStorage()._readOnly = newValue}
+  }
+
+  /// connections to the request socket now
+  public var requestConnections: UInt32 {
+    get {_storage._requestConnections}
+    set {_uniqueStorage()._requestConnections = newValue}
+  }
+
+  /// connections to the publish socket now
+  public var subscriberConnections: UInt32 {
+    get {_storage._subscriberConnections}
+    set {_uniqueStorage()._subscriberConnections = newValue}
+  }
+
+  /// committed write requests, over the last ~5 s
+  public var writesPerSecond: Double {
+    get {_storage._writesPerSecond}
+    set {_uniqueStorage()._writesPerSecond = newValue}
+  }
+
+  /// messages published, over the last ~5 s
+  public var publicationsPerSecond: Double {
+    get {_storage._publicationsPerSecond}
+    set {_uniqueStorage()._publicationsPerSecond = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 public nonisolated struct Beacon_V1_CompactReply: Sendable {
@@ -3195,99 +3266,191 @@ nonisolated extension Beacon_V1_EventsReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatsReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0")
+
+  fileprivate class _StorageClass {
+    var _epoch: UInt64 = 0
+    var _instance: UInt64 = 0
+    var _headRevision: UInt64 = 0
+    var _compactedRevision: UInt64 = 0
+    var _keys: UInt64 = 0
+    var _tombstones: UInt64 = 0
+    var _journalBytes: UInt64 = 0
+    var _writes: UInt64 = 0
+    var _rejected: UInt64 = 0
+    var _published: UInt64 = 0
+    var _requests: UInt64 = 0
+    var _trackedPrefixes: UInt32 = 0
+    var _uptimeMs: UInt64 = 0
+    var _commits: UInt64 = 0
+    var _readOnly: Bool = false
+    var _requestConnections: UInt32 = 0
+    var _subscriberConnections: UInt32 = 0
+    var _writesPerSecond: Double = 0
+    var _publicationsPerSecond: Double = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _epoch = source._epoch
+      _instance = source._instance
+      _headRevision = source._headRevision
+      _compactedRevision = source._compactedRevision
+      _keys = source._keys
+      _tombstones = source._tombstones
+      _journalBytes = source._journalBytes
+      _writes = source._writes
+      _rejected = source._rejected
+      _published = source._published
+      _requests = source._requests
+      _trackedPrefixes = source._trackedPrefixes
+      _uptimeMs = source._uptimeMs
+      _commits = source._commits
+      _readOnly = source._readOnly
+      _requestConnections = source._requestConnections
+      _subscriberConnections = source._subscriberConnections
+      _writesPerSecond = source._writesPerSecond
+      _publicationsPerSecond = source._publicationsPerSecond
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
-      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.instance) }()
-      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.headRevision) }()
-      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.compactedRevision) }()
-      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.keys) }()
-      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.tombstones) }()
-      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.journalBytes) }()
-      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.writes) }()
-      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.rejected) }()
-      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.published) }()
-      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.requests) }()
-      case 12: try { try decoder.decodeSingularUInt32Field(value: &self.trackedPrefixes) }()
-      case 13: try { try decoder.decodeSingularUInt64Field(value: &self.uptimeMs) }()
-      case 14: try { try decoder.decodeSingularUInt64Field(value: &self.commits) }()
-      case 15: try { try decoder.decodeSingularBoolField(value: &self.readOnly) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._epoch) }()
+        case 2: try { try decoder.decodeSingularUInt64Field(value: &_storage._instance) }()
+        case 3: try { try decoder.decodeSingularUInt64Field(value: &_storage._headRevision) }()
+        case 4: try { try decoder.decodeSingularUInt64Field(value: &_storage._compactedRevision) }()
+        case 5: try { try decoder.decodeSingularUInt64Field(value: &_storage._keys) }()
+        case 6: try { try decoder.decodeSingularUInt64Field(value: &_storage._tombstones) }()
+        case 7: try { try decoder.decodeSingularUInt64Field(value: &_storage._journalBytes) }()
+        case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._writes) }()
+        case 9: try { try decoder.decodeSingularUInt64Field(value: &_storage._rejected) }()
+        case 10: try { try decoder.decodeSingularUInt64Field(value: &_storage._published) }()
+        case 11: try { try decoder.decodeSingularUInt64Field(value: &_storage._requests) }()
+        case 12: try { try decoder.decodeSingularUInt32Field(value: &_storage._trackedPrefixes) }()
+        case 13: try { try decoder.decodeSingularUInt64Field(value: &_storage._uptimeMs) }()
+        case 14: try { try decoder.decodeSingularUInt64Field(value: &_storage._commits) }()
+        case 15: try { try decoder.decodeSingularBoolField(value: &_storage._readOnly) }()
+        case 16: try { try decoder.decodeSingularUInt32Field(value: &_storage._requestConnections) }()
+        case 17: try { try decoder.decodeSingularUInt32Field(value: &_storage._subscriberConnections) }()
+        case 18: try { try decoder.decodeSingularDoubleField(value: &_storage._writesPerSecond) }()
+        case 19: try { try decoder.decodeSingularDoubleField(value: &_storage._publicationsPerSecond) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.epoch != 0 {
-      try visitor.visitSingularUInt64Field(value: self.epoch, fieldNumber: 1)
-    }
-    if self.instance != 0 {
-      try visitor.visitSingularUInt64Field(value: self.instance, fieldNumber: 2)
-    }
-    if self.headRevision != 0 {
-      try visitor.visitSingularUInt64Field(value: self.headRevision, fieldNumber: 3)
-    }
-    if self.compactedRevision != 0 {
-      try visitor.visitSingularUInt64Field(value: self.compactedRevision, fieldNumber: 4)
-    }
-    if self.keys != 0 {
-      try visitor.visitSingularUInt64Field(value: self.keys, fieldNumber: 5)
-    }
-    if self.tombstones != 0 {
-      try visitor.visitSingularUInt64Field(value: self.tombstones, fieldNumber: 6)
-    }
-    if self.journalBytes != 0 {
-      try visitor.visitSingularUInt64Field(value: self.journalBytes, fieldNumber: 7)
-    }
-    if self.writes != 0 {
-      try visitor.visitSingularUInt64Field(value: self.writes, fieldNumber: 8)
-    }
-    if self.rejected != 0 {
-      try visitor.visitSingularUInt64Field(value: self.rejected, fieldNumber: 9)
-    }
-    if self.published != 0 {
-      try visitor.visitSingularUInt64Field(value: self.published, fieldNumber: 10)
-    }
-    if self.requests != 0 {
-      try visitor.visitSingularUInt64Field(value: self.requests, fieldNumber: 11)
-    }
-    if self.trackedPrefixes != 0 {
-      try visitor.visitSingularUInt32Field(value: self.trackedPrefixes, fieldNumber: 12)
-    }
-    if self.uptimeMs != 0 {
-      try visitor.visitSingularUInt64Field(value: self.uptimeMs, fieldNumber: 13)
-    }
-    if self.commits != 0 {
-      try visitor.visitSingularUInt64Field(value: self.commits, fieldNumber: 14)
-    }
-    if self.readOnly != false {
-      try visitor.visitSingularBoolField(value: self.readOnly, fieldNumber: 15)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      if _storage._epoch != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._epoch, fieldNumber: 1)
+      }
+      if _storage._instance != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._instance, fieldNumber: 2)
+      }
+      if _storage._headRevision != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._headRevision, fieldNumber: 3)
+      }
+      if _storage._compactedRevision != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._compactedRevision, fieldNumber: 4)
+      }
+      if _storage._keys != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._keys, fieldNumber: 5)
+      }
+      if _storage._tombstones != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._tombstones, fieldNumber: 6)
+      }
+      if _storage._journalBytes != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._journalBytes, fieldNumber: 7)
+      }
+      if _storage._writes != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._writes, fieldNumber: 8)
+      }
+      if _storage._rejected != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._rejected, fieldNumber: 9)
+      }
+      if _storage._published != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._published, fieldNumber: 10)
+      }
+      if _storage._requests != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._requests, fieldNumber: 11)
+      }
+      if _storage._trackedPrefixes != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._trackedPrefixes, fieldNumber: 12)
+      }
+      if _storage._uptimeMs != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._uptimeMs, fieldNumber: 13)
+      }
+      if _storage._commits != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._commits, fieldNumber: 14)
+      }
+      if _storage._readOnly != false {
+        try visitor.visitSingularBoolField(value: _storage._readOnly, fieldNumber: 15)
+      }
+      if _storage._requestConnections != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._requestConnections, fieldNumber: 16)
+      }
+      if _storage._subscriberConnections != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._subscriberConnections, fieldNumber: 17)
+      }
+      if _storage._writesPerSecond.bitPattern != 0 {
+        try visitor.visitSingularDoubleField(value: _storage._writesPerSecond, fieldNumber: 18)
+      }
+      if _storage._publicationsPerSecond.bitPattern != 0 {
+        try visitor.visitSingularDoubleField(value: _storage._publicationsPerSecond, fieldNumber: 19)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beacon_V1_StatsReply, rhs: Beacon_V1_StatsReply) -> Bool {
-    if lhs.epoch != rhs.epoch {return false}
-    if lhs.instance != rhs.instance {return false}
-    if lhs.headRevision != rhs.headRevision {return false}
-    if lhs.compactedRevision != rhs.compactedRevision {return false}
-    if lhs.keys != rhs.keys {return false}
-    if lhs.tombstones != rhs.tombstones {return false}
-    if lhs.journalBytes != rhs.journalBytes {return false}
-    if lhs.writes != rhs.writes {return false}
-    if lhs.rejected != rhs.rejected {return false}
-    if lhs.published != rhs.published {return false}
-    if lhs.requests != rhs.requests {return false}
-    if lhs.trackedPrefixes != rhs.trackedPrefixes {return false}
-    if lhs.uptimeMs != rhs.uptimeMs {return false}
-    if lhs.commits != rhs.commits {return false}
-    if lhs.readOnly != rhs.readOnly {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._epoch != rhs_storage._epoch {return false}
+        if _storage._instance != rhs_storage._instance {return false}
+        if _storage._headRevision != rhs_storage._headRevision {return false}
+        if _storage._compactedRevision != rhs_storage._compactedRevision {return false}
+        if _storage._keys != rhs_storage._keys {return false}
+        if _storage._tombstones != rhs_storage._tombstones {return false}
+        if _storage._journalBytes != rhs_storage._journalBytes {return false}
+        if _storage._writes != rhs_storage._writes {return false}
+        if _storage._rejected != rhs_storage._rejected {return false}
+        if _storage._published != rhs_storage._published {return false}
+        if _storage._requests != rhs_storage._requests {return false}
+        if _storage._trackedPrefixes != rhs_storage._trackedPrefixes {return false}
+        if _storage._uptimeMs != rhs_storage._uptimeMs {return false}
+        if _storage._commits != rhs_storage._commits {return false}
+        if _storage._readOnly != rhs_storage._readOnly {return false}
+        if _storage._requestConnections != rhs_storage._requestConnections {return false}
+        if _storage._subscriberConnections != rhs_storage._subscriberConnections {return false}
+        if _storage._writesPerSecond != rhs_storage._writesPerSecond {return false}
+        if _storage._publicationsPerSecond != rhs_storage._publicationsPerSecond {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
