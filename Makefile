@@ -47,9 +47,11 @@ test: deps
 	$(SWIFT) test --parallel --num-workers 2
 
 # The whole suite built with ThreadSanitizer in its own build folder; a race in the test process
-# or in a beacond it starts stops that process with an error.
+# or in a beacond it starts stops that process with an error. One test at a time: instrumented
+# processes run several times slower, and side by side on two cores they starve each other
+# into timeouts.
 test-race: deps
-	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
 
 bench: bench-core bench-daemon bench-client
 

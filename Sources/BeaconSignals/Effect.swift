@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A side effect that runs now and again whenever a signal it read changes.
 ///
 /// Made by `effect { … }`. Effects run at the end of the outermost write or `batch`, once per
@@ -124,7 +122,7 @@ public func onCleanup(_ cleanup: @escaping () -> Void) {
 
 /// Where errors thrown by effects without an `onError` handler go.
 public enum EffectErrors {
-    private static let handler = Mutex<(@Sendable (any Error) -> Void)?>(nil)
+    private static let handler = Locked<(@Sendable (any Error) -> Void)?>(nil)
 
     /// Sets the process-wide handler; `nil` restores the default, which writes one line to
     /// standard error.

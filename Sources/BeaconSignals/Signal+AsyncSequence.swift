@@ -1,5 +1,3 @@
-import Synchronization
-
 extension Signal {
     /// The signal's values as an `AsyncSequence`: the current value first, then each change.
     /// Iterate it in the isolation domain that owns the signal (the iterator's effect runs
@@ -42,7 +40,7 @@ public struct SignalValues<Value>: AsyncSequence {
             var isCancelled = false
         }
 
-        private let state = Mutex<Waiter>(Waiter())
+        private let state = Locked<Waiter>(Waiter())
 
         func withLock<R>(_ body: (inout Waiter) -> R) -> R {
             state.withLock { body(&$0) }

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// The thread-safe way into a signal graph: other threads `post` updates, the isolation domain
 /// that owns the signals `drain`s them and applies them in one `batch`.
 ///
@@ -24,7 +22,7 @@ public final class SignalInbox<Update: Sendable>: Sendable {
         var updates: [Update] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let wake: @Sendable () -> Void
 
     /// An empty inbox.

@@ -151,18 +151,21 @@ final class SubscriberProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
         process.arguments = ["client-subscriber", "--runtime-dir", runtimeDirectory] + arguments
         process.standardOutput = output
-        output.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            guard let self else { return }
-            let data = handle.availableData
-            lock.withLock {
-                partial.append(data)
-                while let newline = partial.firstIndex(of: 0x0A) {
-                    lines.append(String(decoding: partial[partial.startIndex..<newline], as: UTF8.self))
-                    partial.removeSubrange(partial.startIndex...newline)
+        try process.run()
+        // A thread of its own reads until end of file (Foundation traps when a readability
+        // handler reads a pipe that has been closed meanwhile).
+        let handle = output.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while let data = readSome(handle) {
+                lock.withLock {
+                    partial.append(data)
+                    while let newline = partial.firstIndex(of: 0x0A) {
+                        lines.append(String(decoding: partial[partial.startIndex..<newline], as: UTF8.self))
+                        partial.removeSubrange(partial.startIndex...newline)
+                    }
                 }
             }
         }
-        try process.run()
     }
 
     /// Waits for a line starting with `word` and returns it.
@@ -266,4 +269,14 @@ final class Subscriber: @unchecked Sendable {
 
 func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// The bytes a pipe has now, waiting for some; nil at end of file or on an error.
+func readSome(_ handle: FileHandle) -> Data? {
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(handle.fileDescriptor, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        return count > 0 ? Data(buffer[0..<count]) : nil
+    }
 }

@@ -54,6 +54,7 @@ final class ProbeProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var received: [String] = []
     private var partial = Data()
+    private let readerFinished = DispatchSemaphore(value: 0)
 
     init(runtimeDirectory: String, prefix: String, highWaterMark: Int32? = nil, pair: (String, String)? = nil,
          sessionKey: String? = nil) throws {
@@ -66,10 +67,14 @@ final class ProbeProcess: @unchecked Sendable {
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
-        output.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            self?.take(handle.availableData)
-        }
         try process.run()
+        // A thread of its own reads until end of file (a readability handler may run after the
+        // pipe is closed, and Foundation traps when it then reads).
+        let handle = output.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while let data = readSome(handle) { take(data) }
+            readerFinished.signal()
+        }
     }
 
     private func take(_ data: Data) {
@@ -124,6 +129,7 @@ final class ProbeProcess: @unchecked Sendable {
     func stop() {
         try? input.fileHandleForWriting.close()
         process.waitUntilExit()
+        _ = readerFinished.wait(timeout: .now() + 10)
     }
 
     struct ProbeError: Error { let message: String }
@@ -147,5 +153,15 @@ func daemonHistory(_ client: WireClient, prefix: String) throws -> [(revision: U
         }
         since = page.revision
         if !page.more { return events }
+    }
+}
+
+/// The bytes a pipe has now, waiting for some; nil at end of file or on an error.
+func readSome(_ handle: FileHandle) -> Data? {
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(handle.fileDescriptor, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        return count > 0 ? Data(buffer[0..<count]) : nil
     }
 }
