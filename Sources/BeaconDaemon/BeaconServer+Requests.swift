@@ -123,6 +123,11 @@ extension BeaconServer {
             if delta.sinceRevision > store.headRevision {
                 throw failure(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
             }
+            let outgrown = delta.snapshotIfSmaller ? try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) : false
+            if outgrown {
+                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now)
+                break
+            }
             let prefixRevision = tracker.lease(delta.prefix, until: now + configuration.prefixLeaseMilliseconds) {
                 initialRevision(prefix: delta.prefix)
             }
@@ -245,6 +250,16 @@ extension BeaconServer {
         } catch {
             throw journalFailure(error)
         }
+    }
+
+    /// Whether the changes under `prefix` after `since` outnumber its keys, so that a snapshot is
+    /// the cheaper answer for a mirror. Costs at most one pass over the keys and as many changes.
+    private func deltaOutgrowsState(prefix: String, since: UInt64) throws(WriteRejection) -> Bool {
+        let keys = store.keyCount(prefix: prefix)
+        guard store.headRevision - since > UInt64(keys) else { return false }  // fewer revisions than keys
+        let probe = try events(prefix: prefix, exact: false, from: since + 1, to: store.headRevision,
+                               limit: UInt32(clamping: keys + 1))
+        return probe.more || probe.events.count > keys
     }
 
     private func events(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(WriteRejection) -> Beacon_V1_EventsReply {

@@ -135,6 +135,17 @@ struct SignalStore {
         }
     }
 
+    /// Keys under `prefix`, tombstones included.
+    mutating func keyCount(prefix: String) -> Int {
+        if prefix.isEmpty { return entries.count }
+        var count = 0
+        forEach(prefix: prefix) { _, _ in
+            count += 1
+            return true
+        }
+        return count
+    }
+
     private func lowerBound(_ key: String) -> Int {
         var low = 0, high = orderedKeys.count
         while low < high {

@@ -149,6 +149,37 @@ struct SequencingTests {
         await daemon.stop()
     }
 
+    @Test func aMirrorsDeltaBecomesASnapshotWhenTheChangesOutnumberTheKeys() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        // Three keys under m., each written ten times; one more key elsewhere written often.
+        for round in 1...10 {
+            for key in ["m.a", "m.b", "m.c"] { _ = try client.put(key, .int(Int64(round))) }
+            for _ in 0..<5 { _ = try client.put("other.x", .int(Int64(round))) }
+        }
+        _ = try client.delete("m.c")
+        func delta(since: UInt64, snapshotIfSmaller: Bool = true) throws -> Beacon_V1_Reply.OneOf_Result? {
+            try client.call(.delta(.with {
+                $0.prefix = "m."
+                $0.sinceRevision = since
+                $0.snapshotIfSmaller = snapshotIfSmaller
+            })).result
+        }
+        // 31 changes after revision 0 but three keys: the snapshot of the two live ones.
+        guard case .snapshot(let snapshot)? = try delta(since: 0) else { Issue.record("expected a snapshot"); return }
+        #expect(snapshot.kvs.map(\.key) == ["m.a", "m.b"])
+        #expect(snapshot.kvs.map(\.value.intValue) == [10, 10])
+        #expect(snapshot.revision == 81 && snapshot.prefixRevision == 81)
+        // Two changes under m. in the last seven revisions (m.c's last write, its deletion):
+        // fewer than the keys, so the delta itself, although seven revisions exceed three keys.
+        guard case .events(let events)? = try delta(since: 74) else { Issue.record("expected events"); return }
+        #expect(events.events.map(\.change.key) == ["m.c", "m.c"])
+        // Without the flag (history streams), always the changes.
+        guard case .events(let all)? = try delta(since: 0, snapshotIfSmaller: false) else { Issue.record("expected events"); return }
+        #expect(all.events.count == 31)
+        await daemon.stop()
+    }
+
     @Test func deltaPagesEndOnWholeRevisionsAndCarryTheBookmark() async throws {
         let daemon = try TestDaemon()
         let client = try daemon.client()

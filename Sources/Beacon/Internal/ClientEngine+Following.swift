@@ -113,6 +113,12 @@ extension ClientEngine {
         guard case .snapshot(let snapshot) = reply.result else {
             return true  // refused (the prefix was validated before): leave it unsynced
         }
+        apply(snapshot, to: follower)
+        return true
+    }
+
+    /// Replaces the follower's state by `snapshot` (asked for, or the daemon's answer to a delta).
+    private func apply(_ snapshot: Beacon_V1_SnapshotReply, to follower: Follower) {
         if let history = follower.history {
             let state = snapshot.kvs.filter { history.wants($0.key) }.map { kv in
                 KeyChange(.with {
@@ -145,7 +151,6 @@ extension ClientEngine {
         follower.synced = true
         follower.needsSync = false
         follower.needsResync = false
-        return true
     }
 
     /// Fetches every change after the follower's bookmark. Returns whether the daemon answered.
@@ -155,7 +160,19 @@ extension ClientEngine {
         if follower.synced { repairCount.wrappingAdd(1, ordering: .relaxed) }
         while true {
             let since = follower.sequencer.through
-            guard let reply = call(.delta(.with { $0.prefix = follower.prefix; $0.sinceRevision = since })) else { return false }
+            let mirror = follower.history == nil
+            guard let reply = call(.delta(.with {
+                $0.prefix = follower.prefix
+                $0.sinceRevision = since
+                $0.snapshotIfSmaller = mirror  // a mirror needs the state, not every change
+            })) else { return false }
+            if case .snapshot(let snapshot) = reply.result, mirror {
+                // The daemon found the keys fewer than the changes. Sequenced by the daemon like
+                // a delta, so it is the same as a resync: the mirror's state replaced, nothing missed.
+                snapshotCount.wrappingAdd(1, ordering: .relaxed)
+                apply(snapshot, to: follower)
+                return true
+            }
             guard case .events(let page) = reply.result else {
                 return resync(follower)  // COMPACTED, or FUTURE_REVISION after the journal was replaced
             }

@@ -747,6 +747,10 @@ public nonisolated struct Beacon_V1_Delta: Sendable {
   /// max events; 0 = daemon's default. Whole revisions only.
   public var limit: UInt32 = 0
 
+  /// A mirror that needs state, not every change: the daemon may answer with a SnapshotReply
+  /// of the prefix at head when the changes outnumber the keys under it.
+  public var snapshotIfSmaller: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2531,7 +2535,7 @@ nonisolated extension Beacon_V1_Snapshot: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Beacon_V1_Delta: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Delta"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}prefix\0\u{3}since_revision\0\u{1}limit\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}prefix\0\u{3}since_revision\0\u{1}limit\0\u{3}snapshot_if_smaller\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2542,6 +2546,7 @@ nonisolated extension Beacon_V1_Delta: SwiftProtobuf.Message, SwiftProtobuf._Mes
       case 1: try { try decoder.decodeSingularStringField(value: &self.prefix) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.sinceRevision) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.limit) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.snapshotIfSmaller) }()
       default: break
       }
     }
@@ -2557,6 +2562,9 @@ nonisolated extension Beacon_V1_Delta: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if self.limit != 0 {
       try visitor.visitSingularUInt32Field(value: self.limit, fieldNumber: 3)
     }
+    if self.snapshotIfSmaller != false {
+      try visitor.visitSingularBoolField(value: self.snapshotIfSmaller, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2564,6 +2572,7 @@ nonisolated extension Beacon_V1_Delta: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if lhs.prefix != rhs.prefix {return false}
     if lhs.sinceRevision != rhs.sinceRevision {return false}
     if lhs.limit != rhs.limit {return false}
+    if lhs.snapshotIfSmaller != rhs.snapshotIfSmaller {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
