@@ -10,7 +10,7 @@ struct BeaconBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon-bench",
         abstract: "Benchmarks that print figures beside the raw libzmq ceiling measured in the same run.",
-        subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self])
+        subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self])
 }
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }

@@ -1,0 +1,159 @@
+import ArgumentParser
+import Beacon
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+
+/// Puts `count` writes with at most `window` in flight; returns writes per second.
+func floodPuts(runtimeDirectory: String, count: Int, window: Int = 10_000, key: (Int) -> String,
+               value: (Int) -> [UInt8]) throws -> Double {
+    let context = try ZMQContext()
+    let dealer = try ZMQSocket(context, type: .dealer)
+    try dealer.setSendHighWaterMark(0)
+    try dealer.setReceiveHighWaterMark(0)
+    try dealer.connect(WireEndpoint.request(inRuntimeDirectory: runtimeDirectory))
+    let reply = ZMQMessage()
+    let start = now()
+    var sent = 0, acknowledged = 0
+    while acknowledged < count {
+        while sent < count && sent - acknowledged < window {
+            try dealer.send(WireEncoder.putRequest(id: UInt64(sent + 1), key: key(sent), encodedValue: value(sent)))
+            sent += 1
+        }
+        try dealer.receive(into: reply)
+        acknowledged += 1
+    }
+    return Double(count) / (Double(now() - start) / 1e9)
+}
+
+/// An int value, encoded (field 3 of Value, zigzag varint).
+func encodedInt(_ value: Int) -> [UInt8] {
+    (try? Beacon_V1_Value.with { $0.intValue = Int64(value) }.serializedBytes()) ?? []
+}
+
+/// The resident set size of a process, in bytes.
+func residentBytes(of pid: Int32) -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return 0 }
+    return (Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0) * 1024
+}
+
+struct ScaleBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scale",
+        abstract: "Catch-up after missed changes, journal size per change, daemon start-up time and memory with many keys.")
+
+    @Option(help: "Changes the client misses.") var missed = 1_000_000
+    @Option(help: "Keys those changes go to.") var keys = 10_000
+    @Option(help: "Distinct keys in the start-up and memory run.") var manyKeys = 1_000_000
+    @Option(help: "Repetitions of the catch-up and start-up timings.") var runs = 3
+
+    func run() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        print("beacon-bench scale: release beacond, durability normal, ipc")
+        print("")
+        print("| figure | median [min–max] | target (issue 6) |")
+        print("| --- | --- | --- |")
+        try catchUp(directory: directory + "/catchup")
+        try startUpAndMemory(directory: directory + "/many")
+    }
+
+    private func spread(_ values: [Double], _ show: (Double) -> String) -> String {
+        "\(show(median(values))) [\(show(values.min()!))–\(show(values.max()!))]"
+    }
+
+    private func milliseconds(_ value: Double) -> String { String(format: "%.0f ms", value) }
+
+    /// A mirroring client with a local journal stops; `missed` changes over `keys` keys go by;
+    /// it starts again and is timed until its mirror shows the last of them.
+    private func catchUp(directory: String) throws {
+        let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+        defer { daemon.stop() }
+        let prefix = "bench.c."
+        let keyNames = (0..<keys).map { "\(prefix)k\($0)" }
+        _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: keys, key: { keyNames[$0] }, value: { encodedInt($0) })
+
+        var resumed: [Double] = [], fresh: [Double] = [], deltas: [Double] = []
+        var perChange: Double = 0
+        for run in 0..<runs {
+            let cache = "\(directory)/client\(run).sqlite"
+            // The client mirrors the prefix once (filling its local journal), then goes away.
+            _ = try timeMirror(daemon, prefix: prefix, cache: cache, expected: Dictionary(uniqueKeysWithValues: keyNames.enumerated().map { ($1, $0) }))
+            let base = (run + 1) * 10_000_000
+            let rate = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: missed, key: { keyNames[$0 % keys] },
+                                     value: { encodedInt(base + $0) })
+            var expected: [String: Int] = [:]
+            for index in max(0, missed - keys)..<missed { expected[keyNames[index % keys]] = base + index }
+            let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            let stats = try wire.stats()
+            perChange = Double(stats.journalBytes) / Double(stats.headRevision)
+            if run == 0 { print("| writes committed while the client was away (\(missed) over \(keys) keys) | \(format(rate))/s | |") }
+            resumed.append(try timeMirror(daemon, prefix: prefix, cache: cache, expected: expected))
+            fresh.append(try timeMirror(daemon, prefix: prefix, cache: nil, expected: expected))
+            // What the same catch-up costs as a delta (every missed change), for comparison.
+            let since = stats.headRevision - UInt64(missed)
+            let start = now()
+            var through = since
+            while true {
+                let page = try wire.delta(prefix: prefix, since: through, limit: 50_000)
+                through = page.revision
+                if !page.more { break }
+            }
+            deltas.append(Double(now() - start) / 1e6)
+        }
+        let met = median(resumed) < 1000
+        print("| catch-up of \(missed) missed changes over \(keys) keys: client with a local journal, start → mirror at head | \(spread(resumed, milliseconds)) | < 1 s: \(met ? "**met**" : "**not met**") |")
+        print("| the same for a new client (no local journal) | \(spread(fresh, milliseconds)) | |")
+        print("| for comparison: fetching those changes as deltas (50,000 a page), no client-side work | \(spread(deltas, milliseconds)) | |")
+        print("| journal size per change (SQLite file and WAL ÷ revisions) | \(String(format: "%.0f B", perChange)) | |")
+    }
+
+    /// Time from creating a client to its mirror of `prefix` equal to `expected`, in ms.
+    private func timeMirror(_ daemon: DaemonUnderTest, prefix: String, cache: String?, expected: [String: Int]) throws -> Double {
+        let queue = DispatchQueue(label: "bench-mirror")
+        var configuration = BeaconConfiguration(runtimeDirectory: daemon.runtimeDirectory)
+        configuration.delivery = .queue(queue)
+        configuration.localJournalPath = cache
+        configuration.requestTimeout = .seconds(30)
+        let start = now()
+        let client = try BeaconClient(configuration: configuration)
+        defer { client.close() }
+        nonisolated(unsafe) let map = try queue.sync { try client.mirror(prefix: prefix, as: Int.self) }
+        let deadline = start + 120_000_000_000
+        while now() < deadline {
+            if queue.sync(execute: { map.peek().count == expected.count && map.peek() == expected }) { return Double(now() - start) / 1e6 }
+            usleep(1_000)
+        }
+        throw PeerError("the mirror never reached the head")
+    }
+
+    /// Start-up time and resident memory of a daemon whose journal holds `manyKeys` keys.
+    private func startUpAndMemory(directory: String) throws {
+        var daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+        let emptyResident = residentBytes(of: daemon.process.processIdentifier)
+        let value = [UInt8](repeating: 0x61, count: 64)
+        let encodedValue = try Beacon_V1_Value.with { $0.bytesValue = Data(value) }.serializedBytes() as [UInt8]
+        let keyName = { (index: Int) in "bench.many.\(index)" }
+        _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: manyKeys, key: keyName, value: { _ in encodedValue })
+        daemon.stop()
+        var startUps: [Double] = []
+        var resident: [Double] = []
+        for _ in 0..<runs {
+            let start = now()
+            daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+            startUps.append(Double(now() - start) / 1e6)
+            let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            _ = try wire.get(keyName(manyKeys - 1))  // answered: the state is loaded
+            resident.append(Double(residentBytes(of: daemon.process.processIdentifier)))
+            daemon.stop()
+        }
+        let keyBytes = (0..<manyKeys).reduce(0) { $0 + keyName($1).utf8.count } / manyKeys
+        let perKey = (median(resident) - Double(emptyResident)) / Double(manyKeys)
+        let overhead = perKey - Double(encodedValue.count)
+        print("| daemon start-up with \(manyKeys) keys in the journal (process start → first answer) | \(spread(startUps, milliseconds)) | |")
+        print("| daemon resident memory, empty journal → \(manyKeys) keys | \(String(format: "%.0f MB → %.0f MB", Double(emptyResident) / 1e6, median(resident) / 1e6)) | |")
+        print("| memory per key beyond its \(encodedValue.count)-byte encoded value (key of \(keyBytes) B included) | \(String(format: "%.0f B", overhead)) | < 200 B: \(overhead < 200 ? "**met**" : "**not met**") |")
+    }
+}
