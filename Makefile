@@ -7,7 +7,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client man completions install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -18,6 +18,8 @@ help:
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
 	@echo "make bench-client  client library: write-to-effect latency, mirror throughput, memory"
+	@echo "make bench-peers   Beacon beside raw libzmq, Mosquitto and Redis on one workload"
+	@echo "make bench-scale   catch-up after 1M missed changes, journal size, start-up and memory with 1M keys"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
 	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
@@ -53,7 +55,7 @@ test: deps
 test-race: deps
 	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
 
-bench: bench-core bench-daemon bench-client
+bench: bench-core bench-daemon bench-client bench-peers bench-scale
 
 bench-core:
 	$(SWIFT) build -c release --product beacon-signals-bench
@@ -64,6 +66,16 @@ bench-daemon: release
 
 bench-client: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" client
+
+# Beacon beside raw libzmq, Mosquitto and Redis on one workload (the peers from Debian:
+# apt-get install mosquitto redis-server; a missing one is left out with a message).
+bench-peers: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" peers
+
+# Catch-up after 1,000,000 missed changes, journal size per change, start-up and memory with
+# 1,000,000 keys.
+bench-scale: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" scale
 
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release
