@@ -75,17 +75,19 @@ struct ScaleBench: ParsableCommand {
         let keyNames = (0..<keys).map { "\(prefix)k\($0)" }
         _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: keys, key: { keyNames[$0] }, value: { encodedInt($0) })
 
+        var current = Dictionary(uniqueKeysWithValues: keyNames.enumerated().map { ($1, $0) })
         var resumed: [Double] = [], fresh: [Double] = [], deltas: [Double] = []
         var perChange: Double = 0
         for run in 0..<runs {
             let cache = "\(directory)/client\(run).sqlite"
             // The client mirrors the prefix once (filling its local journal), then goes away.
-            _ = try timeMirror(daemon, prefix: prefix, cache: cache, expected: Dictionary(uniqueKeysWithValues: keyNames.enumerated().map { ($1, $0) }))
+            _ = try timeMirror(daemon, prefix: prefix, cache: cache, expected: current)
             let base = (run + 1) * 10_000_000
             let rate = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: missed, key: { keyNames[$0 % keys] },
                                      value: { encodedInt(base + $0) })
-            var expected: [String: Int] = [:]
+            var expected = current
             for index in max(0, missed - keys)..<missed { expected[keyNames[index % keys]] = base + index }
+            current = expected
             let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
             let stats = try wire.stats()
             perChange = Double(stats.journalBytes) / Double(stats.headRevision)
@@ -121,12 +123,16 @@ struct ScaleBench: ParsableCommand {
         let client = try BeaconClient(configuration: configuration)
         defer { client.close() }
         nonisolated(unsafe) let map = try queue.sync { try client.mirror(prefix: prefix, as: Int.self) }
-        let deadline = start + 120_000_000_000
+        let deadline = start + 30_000_000_000
         while now() < deadline {
             if queue.sync(execute: { map.peek().count == expected.count && map.peek() == expected }) { return Double(now() - start) / 1e6 }
             usleep(1_000)
         }
-        throw PeerError("the mirror never reached the head")
+        let (count, differing) = queue.sync { () -> (Int, [String]) in
+            let state = map.peek()
+            return (state.count, expected.keys.filter { state[$0] != expected[$0] }.sorted().prefix(3).map { "\($0)=\(state[$0].map(String.init) ?? "nil") not \(expected[$0]!)" })
+        }
+        throw PeerError("the mirror never reached the head: \(count) keys of \(expected.count), \(differing), statistics \(client.statistics)")
     }
 
     /// Start-up time and resident memory of a daemon whose journal holds `manyKeys` keys. The
