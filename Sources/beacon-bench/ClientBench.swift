@@ -64,15 +64,15 @@ struct ClientBench: ParsableCommand {
         let rawRate = try RawZMQ.pubSubRate(messages: 1_000_000, directory: directory)
         print("| raw libzmq PUB→SUB, one process, 2 frames, 64 B | \(format(rawRate)) msg/s | |")
         for count in subscribers {
-            let live = try throughput(daemon: daemon, writer: writer, subscriberCount: count, frozen: false)
-            let backlog = try throughput(daemon: daemon, writer: writer, subscriberCount: count, frozen: true)
+            let live = try throughput(daemon: daemon, subscriberCount: count, frozen: false)
+            let backlog = try throughput(daemon: daemon, subscriberCount: count, frozen: true)
             let processes = "\(count) subscriber process\(count == 1 ? "" : "es")"
             print("| \(processes), live: writes committed by one pipelined writer | \(format(live.writeRate))/s | |")
             print("| \(processes), live: updates into each mirror (slowest) | \(format(live.mirrorRate))/s | |")
             print("| \(processes), backlog of \(writes): updates into each mirror (slowest) | \(format(backlog.mirrorRate))/s | target ≥ 250 k/s: \(backlog.mirrorRate >= 250_000 ? "met" : "NOT met") |")
         }
 
-        let memory = try mirrorMemory(daemon: daemon, writer: writer)
+        let memory = try mirrorMemory(daemon: daemon)
         print("| mirror of \(memoryKeys) keys (64-byte string values), client RSS growth | \(String(format: "%.1f MB", memory / 1_000_000)) | target < 100 MB: \(memory < 100_000_000 ? "met" : "NOT met") |")
     }
 
@@ -88,7 +88,7 @@ struct ClientBench: ParsableCommand {
     /// subscribers run while the writes flow. Backlog: they are frozen (SIGSTOP) during the
     /// writes and timed from SIGCONT until they applied the last one — the client's own ingest
     /// capacity, without the writer and daemon competing for the two cores.
-    private func throughput(daemon: DaemonUnderTest, writer: WireClient, subscriberCount: Int,
+    private func throughput(daemon: DaemonUnderTest, subscriberCount: Int,
                             frozen: Bool) throws -> (writeRate: Double, mirrorRate: Double) {
         let prefix = "bench.t\(subscriberCount)\(frozen ? "f" : "l")."
         let probes = try (0..<subscriberCount).map { _ in
@@ -98,14 +98,8 @@ struct ClientBench: ParsableCommand {
         for probe in probes { try probe.waitFor("READY") }
         if frozen { probes.forEach { $0.signal(SIGSTOP) } }
         var start = monotonicNanoseconds()
-        var outstanding = 0
-        for i in 0..<writes {
-            let key = i == writes - 1 ? prefix + "done" : prefix + "k\(i % keys)"
-            _ = try writer.send(.put(.with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } }))
-            outstanding += 1
-            while outstanding > 5_000, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
-        }
-        while outstanding > 0, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
+        _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: writes, window: 5_000,
+                          key: { $0 == writes - 1 ? prefix + "done" : prefix + "k\($0 % keys)" }, value: encodedInt)
         let committed = monotonicNanoseconds()
         let writeRate = Double(writes) / (Double(committed - start) / 1e9)
         if frozen {
@@ -121,16 +115,11 @@ struct ClientBench: ParsableCommand {
         return (writeRate, Double(writes) / (Double(slowest - start) / 1e9))
     }
 
-    private func mirrorMemory(daemon: DaemonUnderTest, writer: WireClient) throws -> Double {
+    private func mirrorMemory(daemon: DaemonUnderTest) throws -> Double {
         let prefix = "bench.m."
-        let value = Beacon_V1_Value.with { $0.stringValue = String(repeating: "v", count: 64) }
-        var outstanding = 0
-        for i in 0..<memoryKeys {
-            _ = try writer.send(.put(.with { $0.key = prefix + "k\(i)"; $0.value = value }))
-            outstanding += 1
-            while outstanding > 5_000, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
-        }
-        while outstanding > 0, try writer.receiveReply(timeoutMilliseconds: 10_000) != nil { outstanding -= 1 }
+        let value = try Beacon_V1_Value.with { $0.stringValue = String(repeating: "v", count: 64) }.serializedBytes() as [UInt8]
+        _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: memoryKeys, window: 5_000,
+                          key: { prefix + "k\($0)" }, value: { _ in value })
         let probe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory,
                                           arguments: ["--mode", "memory", "--prefix", prefix, "--count", "\(memoryKeys)"])
         defer { probe.stop() }

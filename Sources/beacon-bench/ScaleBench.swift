@@ -5,7 +5,7 @@ import BeaconWire
 import BeaconZMQ
 import Foundation
 
-/// Puts `count` writes with at most `window` in flight; returns writes per second.
+/// Puts `count` writes with at most `window` in flight; returns acknowledged writes per second.
 func floodPuts(runtimeDirectory: String, count: Int, window: Int = 10_000, key: (Int) -> String,
                value: (Int) -> [UInt8]) throws -> Double {
     let context = try ZMQContext()
@@ -13,6 +13,8 @@ func floodPuts(runtimeDirectory: String, count: Int, window: Int = 10_000, key: 
     try dealer.setSendHighWaterMark(0)
     try dealer.setReceiveHighWaterMark(0)
     try dealer.connect(WireEndpoint.request(inRuntimeDirectory: runtimeDirectory))
+    let poller = ZMQPoller()
+    poller.add(dealer)
     let reply = ZMQMessage()
     let start = now()
     var sent = 0, acknowledged = 0
@@ -21,7 +23,12 @@ func floodPuts(runtimeDirectory: String, count: Int, window: Int = 10_000, key: 
             try dealer.send(WireEncoder.putRequest(id: UInt64(sent + 1), key: key(sent), encodedValue: value(sent)))
             sent += 1
         }
-        try dealer.receive(into: reply)
+        // Wait (bounded) only when no reply is there already.
+        while try !dealer.receive(into: reply, flags: .dontWait) {
+            guard try poller.poll(timeoutMilliseconds: 30_000) > 0 else {
+                throw PeerError("no reply from beacond for 30 s after \(acknowledged) of \(count) writes")
+            }
+        }
         acknowledged += 1
     }
     return Double(count) / (Double(now() - start) / 1e9)
