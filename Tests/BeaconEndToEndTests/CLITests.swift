@@ -217,7 +217,8 @@ struct CLITests {
         // Every put was committed: 2,000 pipelined and 100 timed.
         let stats = try await beacon(["stats", "--json"], runtimeDirectory: daemon.runtimeDirectory)
         #expect(try stats.json()["head_revision"] as? Int == 2100)
-        #expect((try stats.json()["writes_per_second"] as? Double ?? 0) > 0)
+        // A rate over the last seconds: present, but the writes may already be out of its window.
+        #expect(try stats.json()["writes_per_second"] as? Double != nil)
         #expect(try stats.json()["request_connections"] as? Int == 1)  // the stats command's own
         #expect(try await beacon(["bench", "--window", "0"], runtimeDirectory: daemon.runtimeDirectory).status == 64)
     }
