@@ -62,7 +62,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "beacon", dependencies: [
-            "BeaconWire", "BeaconProtocol",
+            "BeaconWire", "BeaconProtocol", "BeaconZMQ",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "beacon-bench", dependencies: [
@@ -75,6 +75,9 @@ let package = Package(
         .executableTarget(name: "beacon-example", dependencies: ["Beacon"]),
         // A client process the end-to-end tests start, freeze and read.
         .executableTarget(name: "beacon-client-probe", dependencies: ["Beacon"], path: "Tests/ClientProbe"),
+        // A wire client the access tests run under other user ids and CURVE keys.
+        .executableTarget(name: "beacon-access-probe", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconZMQ"],
+                          path: "Tests/AccessProbe"),
 
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),

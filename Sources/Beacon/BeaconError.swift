@@ -29,6 +29,12 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
         public static let compacted = Code("compacted")
         /// The daemon cannot write its journal now; reads still work.
         public static let readOnly = Code("read-only")
+        /// The daemon's access policy does not let this process do this.
+        public static let permissionDenied = Code("permission-denied")
+        /// This process wrote faster than the daemon's limit for it; `retryAfter` says when to retry.
+        public static let rateLimited = Code("rate-limited")
+        /// A limit on keys per writer or on the journal's size was reached.
+        public static let quotaExceeded = Code("quota-exceeded")
         /// The request was refused for another reason the daemon named.
         public static let rejected = Code("rejected")
         /// The daemon did not answer in time; a write may or may not have been committed.
@@ -55,6 +61,8 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
     public var currentVersion: UInt64?
     /// For a failed transaction: the index of the operation that failed.
     public var operationIndex: Int?
+    /// For `rateLimited`: how long to wait before writing again.
+    public var retryAfter: Duration?
     /// The error underneath (a `DecodingError`, an `EncodingError`), if any.
     public var underlying: (any Error & Sendable)?
 
@@ -79,10 +87,14 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
         case .alreadyExists: .alreadyExists
         case .compacted: .compacted
         case .readOnly: .readOnly
+        case .permissionDenied: .permissionDenied
+        case .rateLimited: .rateLimited
+        case .quotaExceeded: .quotaExceeded
         default: .rejected
         }
         self.init(code, error.message, key: error.key.isEmpty ? nil : error.key)
         if code == .versionConflict || code == .alreadyExists { currentVersion = error.currentVersion }
         if operationCount > 1 { operationIndex = Int(error.opIndex) }
+        if code == .rateLimited { retryAfter = .milliseconds(error.retryAfterMs) }
     }
 }

@@ -10,6 +10,7 @@ extension BeaconServer {
         counters.requests += 1
         guard frames.count >= 2 else { return }  // a ROUTER always prepends the peer's id
         let envelope = Array(frames.dropLast())
+        current = requestContext(of: frames[frames.count - 1])
         if let put = frames[frames.count - 1].withUnsafeBytes({ FastPut.parse($0) }) {
             return stageWrite(put, envelope: envelope)
         }
@@ -92,6 +93,7 @@ extension BeaconServer {
 
         case .get(let get):
             if let problem = KeyPath.problem(key: get.key) { throw failure(.invalidKey, problem.description, key: get.key) }
+            try checkRead(key: get.key)
             guard let entry = store.live(get.key) else { throw failure(.notFound, "key '\(get.key)' does not exist", key: get.key) }
             reply.get = .with {
                 $0.kv = Self.keyValue(get.key, entry)
@@ -100,6 +102,7 @@ extension BeaconServer {
 
         case .list(let list):
             try checkPrefix(list.prefix)
+            try checkRead(prefix: list.prefix)
             var result = Beacon_V1_ListReply()
             result.revision = store.headRevision
             let limit = list.limit == 0 ? Int.max : Int(list.limit)
@@ -115,10 +118,12 @@ extension BeaconServer {
 
         case .snapshot(let request):
             try checkPrefix(request.prefix)
+            try checkRead(prefix: request.prefix)
             reply.snapshot = try snapshot(request, now: now)
 
         case .delta(let delta):
             try checkPrefix(delta.prefix)
+            try checkRead(prefix: delta.prefix)
             if delta.sinceRevision < journal.compactedRevision { throw compactedFailure(delta.sinceRevision) }
             if delta.sinceRevision > store.headRevision {
                 throw failure(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
@@ -139,8 +144,10 @@ extension BeaconServer {
         case .history(let history):
             if history.exact {
                 if let problem = KeyPath.problem(key: history.prefix) { throw failure(.invalidKey, problem.description, key: history.prefix) }
+                try checkRead(key: history.prefix)
             } else {
                 try checkPrefix(history.prefix)
+                try checkRead(prefix: history.prefix)
             }
             if history.fromRevision != 0 && history.fromRevision <= journal.compactedRevision {
                 throw compactedFailure(history.fromRevision)
@@ -150,6 +157,7 @@ extension BeaconServer {
                                       to: to, limit: history.limit)
 
         case .stats:
+            guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
             reply.stats = .with {
                 $0.epoch = journal.epoch
                 $0.instance = instance
@@ -170,9 +178,15 @@ extension BeaconServer {
                 $0.subscriberConnections = UInt32(subscriberConnections?.count ?? 0)
                 $0.writesPerSecond = writeRate.perSecond
                 $0.publicationsPerSecond = publicationRate.perSecond
+                $0.connectionsRefused = counters.connectionsRefused
+                $0.accessDenied = counters.accessDenied
+                $0.rateLimited = counters.rateLimited
+                $0.quotaExceeded = counters.quotaExceeded
+                $0.subscriptionsRefused = counters.subscriptionsRefused
             }
 
         case .compact(let compact):
+            guard current.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "") }
             if compact.revision > store.headRevision {
                 throw failure(.futureRevision, "revision \(compact.revision) is above head \(store.headRevision)")
             }
@@ -187,6 +201,7 @@ extension BeaconServer {
             }
 
         case .keepAlive(let keepAlive):
+            guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
             let id = Array(keepAlive.session)
             guard (1...WireLimits.maxSessionBytes).contains(id.count) else {
                 throw failure(.invalidArgument, "session is \(id.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")

@@ -119,8 +119,18 @@ extension BeaconServer {
         if readOnlyUntilMilliseconds > now {
             return reject(envelope, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
         }
-        do {
+        do throws(WriteRejection) {
+            try admit(ops, now: now)
             let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
+            let creates = changes.count { $0.kind == .put && $0.version == 1 }
+            if !access.mayCreate(creates, peer: current.peer) {
+                counters.quotaExceeded += 1
+                throw WriteRejection(error: .with {
+                    $0.code = .quotaExceeded
+                    $0.message = "\(current.peer) may have at most \(access.limits.keysPerPeer) live keys it created (keys_per_peer)"
+                })
+            }
+            access.recordOwnership(of: changes, peer: current.peer)
             let undo = store.apply(changes)
             for change in changes where change.kind == .put {
                 if change.expiresAtMilliseconds > 0 {
@@ -142,6 +152,43 @@ extension BeaconServer {
             wireError.headRevision = store.headRevision
             reply.error = wireError
             send(reply, to: envelope)
+        }
+    }
+
+    /// Checks a write against the peer's rights and limits, before its preconditions: write
+    /// rights for every key, the value size limit, the write rate, and the journal size.
+    private func admit(_ ops: [WriteOp], now: UInt64) throws(WriteRejection) {
+        for (index, op) in ops.enumerated() where !current.rights.write.contains(key: op.key) {
+            var rejection = denied("write '\(op.key)' (writable: \(current.rights.write))", key: op.key)
+            rejection.error.opIndex = UInt32(index)
+            throw rejection
+        }
+        let limits = access.limits
+        for (index, op) in ops.enumerated() {
+            if case .put(let encoded, _, _, _) = op.action, encoded.count > limits.maxValueBytes {
+                throw WriteRejection(error: .with {
+                    $0.code = .valueTooLarge
+                    $0.message = "value of '\(op.key)' is \(encoded.count) bytes; this daemon's limit is \(limits.maxValueBytes) (max_value_bytes)"
+                    $0.key = op.key
+                    $0.opIndex = UInt32(index)
+                })
+            }
+        }
+        if let wait = access.takeWrite(peer: current.peer, now: now) {
+            counters.rateLimited += 1
+            throw WriteRejection(error: .with {
+                $0.code = .rateLimited
+                $0.message = "more than \(limits.writesPerSecond) writes per second from \(current.peer) (writes_per_second); retry in \(wait) ms"
+                $0.retryAfterMs = wait
+            })
+        }
+        if limits.maxJournalBytes > 0, journalBytes >= limits.maxJournalBytes,
+           ops.contains(where: { if case .put = $0.action { true } else { false } }) {
+            counters.quotaExceeded += 1
+            throw WriteRejection(error: .with {
+                $0.code = .quotaExceeded
+                $0.message = "the journal holds \(journalBytes) bytes, at its limit of \(limits.maxJournalBytes) (max_journal_bytes); deletes still work"
+            })
         }
     }
 
@@ -341,7 +388,7 @@ extension BeaconServer {
             marker.revision = revision
             marker.parts = UInt32(write.changes.count)
             marker.marks = marks.touched
-            publish(topic: WireTopic.commit, marker)
+            publishCommitMarkers(marker)
         }
     }
 
@@ -409,7 +456,7 @@ extension BeaconServer {
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = now
         heartbeat.prefixes = tracker.heads
-        publish(topic: WireTopic.heartbeat, heartbeat)
+        publishHeartbeats(heartbeat)
     }
 
     // MARK: Expiry and compaction
@@ -424,6 +471,7 @@ extension BeaconServer {
             let change = JournalChange(revision: store.headRevision + 1, kind: .expire, key: next.key,
                                        version: 0, createRevision: 0, timestampMilliseconds: now)
             let undo = store.apply([change])
+            access.recordOwnership(of: [change], peer: nil)
             staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
             stagedChanges.append(change)
         }
@@ -441,6 +489,7 @@ extension BeaconServer {
                               version: 0, createRevision: 0, timestampMilliseconds: now)
             }
             let undo = store.apply(changes)
+            access.recordOwnership(of: changes, peer: nil)
             staged.append(StagedWrite(envelope: nil, requestID: 0, changes: changes, undo: undo, writeID: nil))
             stagedChanges.append(contentsOf: changes)
             logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])

@@ -42,6 +42,12 @@ public final class BeaconServer: @unchecked Sendable {
     var readOnlyUntilMilliseconds: UInt64 = 0
     var readOnlyReason: String?
     var counters = Counters()
+    /// Rights, scopes and per-peer usage.
+    var access: AccessControl
+    /// The peer whose request is being handled.
+    var current = RequestContext.unrestricted
+    /// The journal's size, sampled every heartbeat (for `max_journal_bytes`).
+    var journalBytes: UInt64 = 0
     var instance: UInt64 = 0
     /// The last revision whose diffs were published (behind the store's head while writes are
     /// staged or committing).
@@ -51,6 +57,8 @@ public final class BeaconServer: @unchecked Sendable {
     private var context: ZMQContext?
     var router: ZMQSocket!
     var publisher: ZMQSocket!
+    /// The ZAP handler's socket: every connection to the daemon is authenticated here.
+    var zap: ZMQSocket?
     /// Connections to the request and publish sockets, for `Stats`.
     var requestConnections: ConnectionCounter?
     var subscriberConnections: ConnectionCounter?
@@ -60,6 +68,8 @@ public final class BeaconServer: @unchecked Sendable {
     private var lock: InstanceLock?
     private let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
+    /// Counts reopenings of the publish socket, so that the loop polls the current one.
+    var publisherGeneration = 0
     private let finished = Mutex<FinishState>(.running)
     private var thread: Thread?
 
@@ -75,6 +85,11 @@ public final class BeaconServer: @unchecked Sendable {
         var published: UInt64 = 0
         var requests: UInt64 = 0
         var commits: UInt64 = 0
+        var connectionsRefused: UInt64 = 0
+        var accessDenied: UInt64 = 0
+        var rateLimited: UInt64 = 0
+        var quotaExceeded: UInt64 = 0
+        var subscriptionsRefused: UInt64 = 0
     }
 
     /// Write ids remembered for idempotent retries.
@@ -87,6 +102,7 @@ public final class BeaconServer: @unchecked Sendable {
     public init(configuration: DaemonConfiguration, logger: Logger) throws(DaemonError) {
         self.configuration = configuration
         live = configuration
+        access = AccessControl(policy: configuration.access, limits: configuration.limits)
         self.logger = logger
         do {
             self.wake = try WakePipe()
@@ -121,6 +137,10 @@ public final class BeaconServer: @unchecked Sendable {
             throw error
         }
         instance = UInt64.random(in: 1...UInt64(Int64.max))
+        journalBytes = journal.sizeInBytes
+        if config.curveKeys != nil, !config.access.rules.contains(where: { if case .key = $0.subject { true } else { false } }) {
+            logger.warning("CURVE is on but no 'allow = key:...' rule lists a client key: no tcp client can connect")
+        }
         let wake = self.wake
         commits = CommitThread(journal: journal) { wake.wake() }
         logger.info("beacond started", metadata: [
@@ -166,6 +186,9 @@ public final class BeaconServer: @unchecked Sendable {
             ("durability", next.durability != live.durability),
             ("socket_mode", next.socketMode != live.socketMode),
             ("publish_hwm", next.publishHighWaterMark != live.publishHighWaterMark),
+            ("curve_secret_key_file", next.curveKeys != live.curveKeys),
+            ("tcp_insecure", next.tcpInsecure != live.tcpInsecure),
+            ("pending_requests", next.limits.pendingRequests != live.limits.pendingRequests),
         ]
         for (name, changed) in restartOnly where changed {
             logger.warning("setting changed on reload; it takes effect at the next start", metadata: ["setting": "\(name)"])
@@ -175,7 +198,17 @@ public final class BeaconServer: @unchecked Sendable {
         live.compactionIntervalSeconds = next.compactionIntervalSeconds
         live.maxBatch = next.maxBatch
         live.sessionTTLMilliseconds = next.sessionTTLMilliseconds
-        logger.info("configuration reloaded", metadata: ["heartbeat.ms": "\(live.heartbeatIntervalMilliseconds)"])
+        let policyChanged = next.access != live.access
+        live.access = next.access
+        live.limits = next.limits
+        access.reload(policy: live.access, limits: live.limits)
+        if policyChanged {
+            // Subscriptions were granted under the old rules: open the publish socket anew so that
+            // every subscriber reconnects and subscribes under the new ones (it repairs any gap).
+            reopenPublisher()
+        }
+        logger.info("configuration reloaded", metadata: [
+            "heartbeat.ms": "\(live.heartbeatIntervalMilliseconds)", "allow.rules": "\(live.access.rules.count)"])
         notifier?.ready(status: statusLine(writesPerSecond: 0))
     }
 
@@ -239,31 +272,78 @@ public final class BeaconServer: @unchecked Sendable {
         do {
             let context = try ZMQContext()
             self.context = context
+            // The ZAP handler binds first: libzmq lets peers in unchecked when none listens.
+            step = "binding the ZAP handler"
+            let zap = try ZMQSocket(context, type: .rep, linger: 0)
+            try zap.bind(ZAP.endpoint)
+            self.zap = zap
             step = "creating the request socket"
             router = try ZMQSocket(context, type: .router, linger: 1000)
             try router.setMaxMessageSize(Int64(WireLimits.maxRequestBytes))
             try router.setSendHighWaterMark(100_000)
-            try router.setReceiveHighWaterMark(100_000)
+            try router.setReceiveHighWaterMark(config.limits.pendingRequests)
             for endpoint in [config.requestEndpoint] + config.extraRequestEndpoints {
                 step = "binding the request socket to \(endpoint)"
-                try router.bind(endpoint)
+                try bind(router, to: endpoint)
             }
             step = "creating the publish socket"
-            publisher = try ZMQSocket(context, type: .xpub, linger: 1000)
-            try publisher.setSendHighWaterMark(config.publishHighWaterMark)
-            for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints {
-                step = "binding the publish socket to \(endpoint)"
-                try publisher.bind(endpoint)
-            }
+            try openPublisher(context)
             step = "monitoring the sockets"
             let tag = UInt64.random(in: 0 ... .max)
             requestConnections = try ConnectionCounter(watching: router, name: "beacond-requests-\(tag)")
-            subscriberConnections = try ConnectionCounter(watching: publisher, name: "beacond-subscribers-\(tag)")
         } catch {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
-        for name in [WireEndpoint.requestSocketName, WireEndpoint.publishSocketName] {
-            chmod(config.runtimeDirectory + "/" + name, mode_t(config.socketMode))
+        chmod(config.runtimeDirectory + "/" + WireEndpoint.requestSocketName, mode_t(config.socketMode))
+    }
+
+    /// Binds `socket` to `endpoint` with the security that endpoint needs: ipc peers are
+    /// identified by the kernel, tcp peers by CURVE (or not at all with `tcp_insecure`).
+    private func bind(_ socket: ZMQSocket, to endpoint: String) throws(ZMQError) {
+        if endpoint.hasPrefix("tcp://") {
+            if let keys = configuration.curveKeys {
+                try socket.enableCurveServer(secretKey: keys.secretKey)
+                try socket.setZAPDomain(AccessDomain.curve)
+            } else {
+                try socket.disableCurve()
+                try socket.setZAPDomain(AccessDomain.insecure)
+            }
+        } else {
+            try socket.disableCurve()
+            try socket.setZAPDomain(AccessDomain.local)
+        }
+        try socket.bind(endpoint)
+    }
+
+    /// Creates and binds the publish socket (XPUB in manual mode: the daemon decides every
+    /// subscription) and its connection counter.
+    private func openPublisher(_ context: ZMQContext) throws(ZMQError) {
+        let config = configuration
+        let publisher = try ZMQSocket(context, type: .xpub, linger: 1000)
+        try publisher.setSendHighWaterMark(config.publishHighWaterMark)
+        try publisher.setXPubManual(true)
+        for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints {
+            try bind(publisher, to: endpoint)
+        }
+        self.publisher = publisher
+        subscriberConnections = try ConnectionCounter(watching: publisher, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
+        chmod(config.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(config.socketMode))
+    }
+
+    /// Closes the publish socket and opens it again: subscribers reconnect and subscribe anew.
+    func reopenPublisher() {
+        guard let context else { return }
+        subscriberConnections?.close()
+        publisher.close()
+        access.resetSubscriptions()
+        tracker.resetSubscriptions()
+        do {
+            try openPublisher(context)
+            publisherGeneration += 1
+            logger.info("publish socket reopened for the new access rules; subscribers reconnect")
+        } catch {
+            logger.critical("publish socket could not be reopened; stopping", metadata: ["error": "\(error)"])
+            stopFlag.store(true, ordering: .sequentiallyConsistent)
         }
     }
 
@@ -271,12 +351,11 @@ public final class BeaconServer: @unchecked Sendable {
 
     private func loop() {
         Thread.current.name = "beacond-loop"
-        let poller = ZMQPoller()
-        let routerIndex = poller.add(router)
-        let publisherIndex = poller.add(publisher)
-        let wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
-        let monitors = [requestConnections, subscriberConnections].compactMap { $0 }
-        let monitorIndices = monitors.map { poller.add($0.events) }
+        var poller = ZMQPoller()
+        var routerIndex = 0, publisherIndex = 0, wakeIndex = 0, zapIndex = 0
+        var monitors: [ConnectionCounter] = []
+        var monitorIndices: [Int] = []
+        var polledGeneration = -1
         var nextHeartbeat: UInt64 = 0
         var nextCompaction = Journal.nowMilliseconds() + live.compactionIntervalSeconds * 1000
         // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
@@ -292,6 +371,17 @@ public final class BeaconServer: @unchecked Sendable {
             if let expiry = expiries.next { deadline = min(deadline, expiry.atMilliseconds) }
             if let end = sessions.nextDeadline { deadline = min(deadline, end) }
             let timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
+            if polledGeneration != publisherGeneration {
+                // First pass, or the publish socket was reopened: poll the sockets there are now.
+                poller = ZMQPoller()
+                routerIndex = poller.add(router)
+                publisherIndex = poller.add(publisher)
+                wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
+                zapIndex = poller.add(zap!)
+                monitors = [requestConnections, subscriberConnections].compactMap { $0 }
+                monitorIndices = monitors.map { poller.add($0.events) }
+                polledGeneration = publisherGeneration
+            }
             do {
                 try poller.poll(timeoutMilliseconds: timeout)
             } catch {
@@ -300,6 +390,7 @@ public final class BeaconServer: @unchecked Sendable {
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
             for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) { monitor.drain() }
+            if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
             completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
             if poller.readyEvents(routerIndex).contains(.readable) { drainRequests() }
@@ -311,6 +402,7 @@ public final class BeaconServer: @unchecked Sendable {
                 writeRate.record(counters.writes, at: after)
                 publicationRate.record(counters.published, at: after)
                 tracker.expireLeases(nowMilliseconds: after)
+                journalBytes = journal.sizeInBytes
                 publishHeartbeat(now: after)
                 nextHeartbeat = after + UInt64(live.heartbeatIntervalMilliseconds)
             }
@@ -339,6 +431,7 @@ public final class BeaconServer: @unchecked Sendable {
         subscriberConnections?.close()
         router.close()
         publisher.close()
+        zap?.close()
         journal.close()
         context = nil
         lock?.release()
@@ -349,27 +442,6 @@ public final class BeaconServer: @unchecked Sendable {
             return []
         }
         for continuation in waiting { continuation.resume() }
-    }
-
-    private func drainSubscriptions() {
-        let now = Journal.nowMilliseconds()
-        while let frames = try? publisher.receiveMessage(flags: .dontWait) {
-            let bytes = frames[0].bytes
-            guard let kind = bytes.first, kind <= 1 else { continue }
-            guard let prefix = String(validating: bytes.dropFirst(), as: UTF8.self),
-                  !prefix.hasPrefix(WireTopic.controlPrefix), KeyPath.problem(prefix: prefix) == nil
-            else { continue }
-            if kind == 1 {
-                // A prefix's last revision must count only published writes: commit and publish
-                // what is pending before computing it.
-                if !tracker.isTracked(prefix) { flushWrites() }
-                tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
-                logger.debug("prefix subscribed", metadata: ["prefix": "\(prefix)"])
-            } else {
-                tracker.unsubscribe(prefix, nowMilliseconds: now)
-                logger.debug("prefix unsubscribed", metadata: ["prefix": "\(prefix)"])
-            }
-        }
     }
 
     /// The last revision to report for a prefix that starts being tracked now. Compaction may

@@ -1,5 +1,6 @@
 import BeaconJournal
 import BeaconProtocol
+import BeaconZMQ
 import Foundation
 
 /// Everything `beacond` can be told; every field has an embedded default that works with no
@@ -32,6 +33,54 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var socketMode: UInt16 = 0o660
     /// How long a snapshot or delta request keeps its prefix sequenced without a subscription.
     public var prefixLeaseMilliseconds: UInt64 = 60_000
+    /// Who may connect, read and write (`allow` lines); empty: everyone who can open the sockets.
+    public var access = AccessPolicy()
+    /// Limits per peer and on the journal.
+    public var limits = DaemonLimits()
+    /// A file holding the daemon's CURVE secret key (`beacon keygen`); tcp endpoints then use CURVE.
+    public var curveSecretKeyFile: String?
+    /// Lets tcp endpoints run without CURVE: no encryption, no authentication.
+    public var tcpInsecure = false
+
+    /// The daemon's CURVE key pair, read from ``curveSecretKeyFile`` by ``validate()``.
+    public var curveKeys: ZMQCurveKeyPair?
+
+    /// Every tcp endpoint this configuration binds.
+    public var tcpEndpoints: [String] {
+        (extraRequestEndpoints + extraPublishEndpoints).filter { $0.hasPrefix("tcp://") }
+    }
+
+    /// Checks what depends on several settings or on files, and reads the CURVE key:
+    /// tcp endpoints need a CURVE key or `tcp_insecure = true`; `key:` rules need CURVE.
+    /// - Throws: a reason for a person; the daemon refuses to start (or a reload) with it.
+    public mutating func validate() throws(PolicyError) {
+        if let path = curveSecretKeyFile {
+            guard ZMQCurveKeyPair.isSupported else {
+                throw PolicyError("curve_secret_key_file is set but this libzmq has no CURVE support")
+            }
+            let file: CurveKeyFile
+            do {
+                file = try CurveKeyFile(path: path)
+            } catch {
+                throw PolicyError("curve_secret_key_file \(path): \(error)")
+            }
+            guard let secret = file.secretKey, let keys = try? ZMQCurveKeyPair(secretKey: secret) else {
+                throw PolicyError("curve_secret_key_file \(path) holds no valid secret key (make one with `beacon keygen`)")
+            }
+            curveKeys = keys
+        } else {
+            curveKeys = nil
+        }
+        if let endpoint = tcpEndpoints.first, curveKeys == nil, !tcpInsecure {
+            throw PolicyError("\(endpoint) needs curve_secret_key_file (CURVE), or tcp_insecure = true to run tcp without authentication")
+        }
+        if curveKeys == nil, let rule = access.rules.first(where: { if case .key = $0.subject { true } else { false } }) {
+            throw PolicyError("the rule for \(rule.subject) needs curve_secret_key_file: CURVE keys are only checked on CURVE endpoints")
+        }
+        for endpoint in extraRequestEndpoints + extraPublishEndpoints where !endpoint.hasPrefix("tcp://") && !endpoint.hasPrefix("ipc://") {
+            throw PolicyError("endpoint '\(endpoint)' is neither tcp:// nor ipc://")
+        }
+    }
 
     /// The journal file.
     public var journalPath: String { stateDirectory + "/journal.sqlite" }
@@ -89,8 +138,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public mutating func apply(fileContents: String, path: String) throws(FileError) {
         var copy = self
         for (index, rawLine) in fileContents.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            let trimmed = ConfigurationLine.strippingComment(String(rawLine))
             if trimmed.isEmpty { continue }
             func fail(_ reason: String) -> FileError { FileError(path: path, line: index + 1, reason: reason) }
             guard let equals = trimmed.firstIndex(of: "=") else { throw fail("expected 'name = value'") }
@@ -120,6 +168,27 @@ public struct DaemonConfiguration: Sendable, Equatable {
             case "compaction_interval_s": copy.compactionIntervalSeconds = try number(UInt64.self, min: 1)
             case "max_batch": copy.maxBatch = try number(Int.self, min: 1)
             case "publish_hwm": copy.publishHighWaterMark = try number(Int32.self)
+            case "allow":
+                do {
+                    copy.access.rules.append(try AccessPolicy.parseRule(value))
+                } catch {
+                    throw fail(error.description)
+                }
+            case "max_value_bytes":
+                copy.limits.maxValueBytes = try number(Int.self, min: 1)
+                guard copy.limits.maxValueBytes <= WireLimits.maxValueBytes else {
+                    throw fail("'max_value_bytes' is at most \(WireLimits.maxValueBytes) (the protocol's limit)")
+                }
+            case "writes_per_second": copy.limits.writesPerSecond = try number(UInt32.self)
+            case "write_burst": copy.limits.writeBurst = try number(UInt32.self)
+            case "keys_per_peer": copy.limits.keysPerPeer = try number(UInt32.self)
+            case "pending_requests": copy.limits.pendingRequests = try number(Int32.self, min: 1)
+            case "subscriptions_per_peer": copy.limits.subscriptionsPerPeer = try number(UInt32.self, min: 1)
+            case "max_journal_bytes": copy.limits.maxJournalBytes = try number(UInt64.self)
+            case "curve_secret_key_file": copy.curveSecretKeyFile = value.isEmpty ? nil : value
+            case "tcp_insecure":
+                guard let flag = Bool(value) else { throw fail("'tcp_insecure' is true or false, not '\(value)'") }
+                copy.tcpInsecure = flag
             case "socket_mode":
                 guard let mode = UInt16(value, radix: 8), mode <= 0o777 else { throw fail("'socket_mode' is an octal mode such as 0660, not '\(value)'") }
                 copy.socketMode = mode

@@ -10,7 +10,8 @@ import BeaconProtocol
 struct PrefixTracker {
     struct Tracked {
         var lastRevision: UInt64
-        var subscribed: Bool
+        /// Subscriptions to the prefix on the publish socket now.
+        var subscribers: Int
         var leaseUntilMilliseconds: UInt64
     }
 
@@ -22,20 +23,25 @@ struct PrefixTracker {
     /// Whether no prefix is sequenced (then diffs carry no marks).
     var isEmpty: Bool { tracked.isEmpty }
 
-    /// Starts tracking `prefix` for a subscriber, with `initial` as its last revision if new.
+    /// Counts a subscriber of `prefix` and tracks it, with `initial` as its last revision if new.
     mutating func subscribe(_ prefix: String, initial: () -> UInt64) {
         if tracked[prefix] == nil {
-            tracked[prefix] = Tracked(lastRevision: initial(), subscribed: true, leaseUntilMilliseconds: 0)
+            tracked[prefix] = Tracked(lastRevision: initial(), subscribers: 1, leaseUntilMilliseconds: 0)
         } else {
-            tracked[prefix]!.subscribed = true
+            tracked[prefix]!.subscribers += 1
         }
     }
 
-    /// The last subscriber of `prefix` left; tracking continues while a lease holds.
+    /// A subscriber of `prefix` left; after the last, tracking continues while a lease holds.
     mutating func unsubscribe(_ prefix: String, nowMilliseconds: UInt64) {
         guard var item = tracked[prefix] else { return }
-        item.subscribed = false
-        tracked[prefix] = item.leaseUntilMilliseconds > nowMilliseconds ? item : nil
+        item.subscribers = max(item.subscribers - 1, 0)
+        tracked[prefix] = item.subscribers > 0 || item.leaseUntilMilliseconds > nowMilliseconds ? item : nil
+    }
+
+    /// Forgets every subscriber (the publish socket was opened anew); leases stay.
+    mutating func resetSubscriptions() {
+        for prefix in Array(tracked.keys) { tracked[prefix]!.subscribers = 0 }
     }
 
     /// Tracks `prefix` at least until `until` and returns its last revision.
@@ -45,14 +51,14 @@ struct PrefixTracker {
             tracked[prefix] = item
             return item.lastRevision
         }
-        let item = Tracked(lastRevision: initial(), subscribed: false, leaseUntilMilliseconds: until)
+        let item = Tracked(lastRevision: initial(), subscribers: 0, leaseUntilMilliseconds: until)
         tracked[prefix] = item
         return item.lastRevision
     }
 
     /// Stops tracking prefixes with no subscriber whose lease has run out.
     mutating func expireLeases(nowMilliseconds: UInt64) {
-        tracked = tracked.filter { $0.value.subscribed || $0.value.leaseUntilMilliseconds > nowMilliseconds }
+        tracked = tracked.filter { $0.value.subscribers > 0 || $0.value.leaseUntilMilliseconds > nowMilliseconds }
     }
 
     /// Marks for one revision (both empty when nothing is tracked): per change, the marks of the tracked prefixes its key starts with,

@@ -30,6 +30,22 @@ public enum WireTopic {
     public static let heartbeat = "!h"
     /// Commit markers of multi-change revisions.
     public static let commit = "!c"
+
+    /// What a publication's topic says it is.
+    public enum Kind: Sendable {
+        case heartbeat, commit, diff
+    }
+
+    /// The kind of a publication from its topic. A control topic may carry a read-scope suffix
+    /// after its first two bytes (`!h#2#`), so only those two count.
+    public static func kind(of topic: UnsafeRawBufferPointer) -> Kind {
+        guard topic.count >= 2, topic[0] == UInt8(ascii: "!") else { return .diff }
+        switch topic[1] {
+        case UInt8(ascii: "h"): return .heartbeat
+        case UInt8(ascii: "c"): return .commit
+        default: return .diff
+        }
+    }
 }
 
 /// File names of the daemon's ipc sockets inside its runtime directory, and how clients and the

@@ -2,6 +2,19 @@ import BeaconProtocol
 import BeaconZMQ
 import Foundation
 
+/// What a client needs to reach a daemon's CURVE (tcp) endpoints.
+public struct CurveCredentials: Sendable, Equatable {
+    /// The daemon's public key (Z85).
+    public var serverKey: String
+    /// This client's key pair; its public key must be in the daemon's `allow = key:` rules.
+    public var keys: ZMQCurveKeyPair
+
+    public init(serverKey: String, keys: ZMQCurveKeyPair) {
+        self.serverKey = serverKey
+        self.keys = keys
+    }
+}
+
 /// A blocking client of the wire protocol: one DEALER for requests (pipelining allowed), one SUB
 /// for publications. Like its sockets, it belongs to one thread.
 ///
@@ -26,22 +39,32 @@ public final class WireClient {
     private let subscriberPoller = ZMQPoller()
     private var nextID: UInt64 = 1
     private let requestPoller = ZMQPoller()
+    /// Reports handshake failures of the request socket: the daemon refusing this peer.
+    private let handshakeEvents: ZMQSocket
+    private let curve: CurveCredentials?
 
     /// Connects to explicit endpoints.
+    /// - Parameter curve: keys for a daemon's CURVE (tcp) endpoints; `nil` for ipc.
     /// - Throws: ``WireError`` when the sockets cannot be created.
-    public init(requestEndpoint: String, publishEndpoint: String, context: ZMQContext? = nil) throws(WireError) {
+    public init(requestEndpoint: String, publishEndpoint: String, context: ZMQContext? = nil,
+                curve: CurveCredentials? = nil) throws(WireError) {
         self.requestEndpoint = requestEndpoint
         self.publishEndpoint = publishEndpoint
+        self.curve = curve
         do {
             if let context { self.context = context } else { self.context = try ZMQContext() }
             dealer = try ZMQSocket(self.context, type: .dealer, linger: 0)
             try dealer.setSendHighWaterMark(100_000)
             try dealer.setReceiveHighWaterMark(100_000)
+            if let curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
+            handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
+                                                 name: "beacon-wire-\(UInt64.random(in: 0 ... .max))")
             try dealer.connect(requestEndpoint)
         } catch {
             throw WireError(error)
         }
         requestPoller.add(dealer)
+        requestPoller.add(handshakeEvents)
     }
 
     /// Connects to the daemon whose sockets are in `runtimeDirectory`.
@@ -81,11 +104,28 @@ public final class WireClient {
                 guard try requestPoller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
                 frames = try dealer.receiveMessage(flags: .dontWait)
             }
+            if frames == nil, let event = try handshakeEvents.receiveMonitorEvent(flags: .dontWait) {
+                throw refusal(event)
+            }
             guard let frames else { return nil }
             return try Self.decodeReply(frames)
-        } catch {
+        } catch let error as WireError {
+            throw error
+        } catch let error as ZMQError {
             throw WireError(error)
+        } catch {
+            throw WireError(kind: .transport, message: "\(error)")
         }
+    }
+
+    private func refusal(_ event: ZMQMonitorEvent) -> WireError {
+        if event.kind.contains(.handshakeFailedAuth) {
+            let identity = curve == nil ? "uid \(getuid()), gid \(getgid())" : "CURVE key \(curve!.keys.publicKey)"
+            return WireError(kind: .refused, message: "beacond at \(requestEndpoint) refused the connection (status \(event.value)): "
+                + "no access rule admits this peer (\(identity))")
+        }
+        return WireError(kind: .refused, message: "the security handshake with \(requestEndpoint) failed"
+            + (curve == nil ? "" : " (is the daemon's public key right?)"))
     }
 
     private static func decodeReply(_ frames: [ZMQMessage]) throws(ZMQError) -> Beacon_V1_Reply? {
@@ -103,7 +143,9 @@ public final class WireClient {
             let now = DispatchTime.now().uptimeNanoseconds
             let remaining = timeoutMilliseconds < 0 ? -1 : Int(deadline > now ? (deadline - now) / 1_000_000 : 0)
             guard let reply = try receiveReply(timeoutMilliseconds: remaining) else {
-                throw WireError(kind: .timeout, message: "no reply from the daemon at \(requestEndpoint) within \(timeoutMilliseconds) ms (is beacond running?)")
+                let hint = requestEndpoint.hasPrefix("tcp://")
+                    ? "is beacond running, and for a CURVE endpoint are the server key and key file right?" : "is beacond running?"
+                throw WireError(kind: .timeout, message: "no reply from the daemon at \(requestEndpoint) within \(timeoutMilliseconds) ms (\(hint))")
             }
             if reply.id != id && reply.id != 0 { continue }
             if case .error(let error) = reply.result {
@@ -212,16 +254,36 @@ public final class WireClient {
     /// Subscribes to diffs of keys under `prefix` (and to heartbeats and commit markers).
     /// - Parameter receiveHighWaterMark: messages queued before libzmq drops new ones.
     public func subscribe(_ prefix: String, receiveHighWaterMark: Int32 = 100_000) throws(WireError) {
+        let isNew = subscriber == nil
+        let socket = try subscriberSocket(receiveHighWaterMark: receiveHighWaterMark)
         do {
-            if subscriber == nil {
-                let socket = try ZMQSocket(context, type: .sub, linger: 0)
-                try socket.setReceiveHighWaterMark(receiveHighWaterMark)
-                try socket.connect(publishEndpoint)
-                try socket.subscribe(Array(WireTopic.controlPrefix.utf8))
-                subscriber = socket
-                subscriberPoller.add(socket)
-            }
-            try subscriber!.subscribe(Array(prefix.utf8))
+            if isNew { try socket.subscribe(Array(WireTopic.controlPrefix.utf8)) }
+            try socket.subscribe(Array(prefix.utf8))
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    /// Subscribes to exactly `topic`, with no control subscription (for testing what the daemon
+    /// lets through).
+    public func subscribeRaw(_ topic: String) throws(WireError) {
+        do {
+            try subscriberSocket(receiveHighWaterMark: 100_000).subscribe(Array(topic.utf8))
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    private func subscriberSocket(receiveHighWaterMark: Int32) throws(WireError) -> ZMQSocket {
+        if let subscriber { return subscriber }
+        do {
+            let socket = try ZMQSocket(context, type: .sub, linger: 0)
+            try socket.setReceiveHighWaterMark(receiveHighWaterMark)
+            if let curve { try socket.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
+            try socket.connect(publishEndpoint)
+            subscriber = socket
+            subscriberPoller.add(socket)
+            return socket
         } catch {
             throw WireError(error)
         }
@@ -237,12 +299,11 @@ public final class WireClient {
                 frames = try subscriber.receiveMessage(flags: .dontWait)
             }
             guard let frames, frames.count == 2 else { return nil }
-            let topic = frames[0].string
             let body = frames[1].bytes
-            switch topic {
-            case WireTopic.heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: body))
-            case WireTopic.commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: body))
-            default: return .diff(try Beacon_V1_Diff(serializedBytes: body))
+            switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
+            case .heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: body))
+            case .commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: body))
+            case .diff: return .diff(try Beacon_V1_Diff(serializedBytes: body))
             }
         } catch let error as ZMQError {
             throw WireError(error)

@@ -13,6 +13,9 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
         case transport
         /// The reply was not a valid `beacon.v1.Reply`, or not the kind expected.
         case malformedReply
+        /// The daemon refused the connection: its access policy admits no such peer, or CURVE
+        /// keys do not match.
+        case refused
     }
 
     /// The kind of failure.

@@ -18,6 +18,10 @@ public struct ZMQMonitorEvent: Sendable, Equatable {
         public static let disconnected = Kind(rawValue: UInt16(ZMQ_EVENT_DISCONNECTED))
         public static let monitorStopped = Kind(rawValue: UInt16(ZMQ_EVENT_MONITOR_STOPPED))
         public static let handshakeSucceeded = Kind(rawValue: UInt16(ZMQ_EVENT_HANDSHAKE_SUCCEEDED))
+        /// The peer refused this side's credentials (ZAP said no); the value is the status code.
+        public static let handshakeFailedAuth = Kind(rawValue: UInt16(ZMQ_EVENT_HANDSHAKE_FAILED_AUTH))
+        /// The security handshake broke (such as a CURVE client with the wrong server key).
+        public static let handshakeFailedProtocol = Kind(rawValue: UInt16(ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
         public static let all = Kind(rawValue: 0xFFFF)
     }
 

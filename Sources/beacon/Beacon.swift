@@ -1,6 +1,7 @@
 import ArgumentParser
 import BeaconProtocol
 import BeaconWire
+import BeaconZMQ
 import Foundation
 
 /// Exit codes of `beacon` (also listed in `beacon --help`).
@@ -12,6 +13,7 @@ enum ExitCode32 {
     static let unavailable: Int32 = 69
     static let daemonError: Int32 = 70
     static let outputClosed: Int32 = 74
+    static let permissionDenied: Int32 = 77
 }
 
 @main
@@ -37,10 +39,11 @@ struct Beacon: ParsableCommand {
 
             Exit codes: 0 ok; 1 key not found; 3 version conflict or key exists; 64 usage; \
             65 invalid key or value (for pub: some lines were refused); 69 daemon unreachable; \
-            70 other daemon error; 74 output closed (a pipe closed mid-stream).
+            70 other daemon error; 74 output closed (a pipe closed mid-stream); 77 refused by the \
+            daemon's access policy (connection or request).
             """,
         version: "0.1.0",
-        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self])
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self, Keygen.self])
 }
 
 struct Connection: ParsableArguments {
@@ -56,8 +59,43 @@ struct Connection: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Milliseconds to wait for the daemon.", valueName: "ms"))
     var timeout: Int = 5000
 
+    @Option(name: .long, help: ArgumentHelp("The daemon's CURVE public key, or a file holding it, for tcp endpoints ($BEACON_SERVER_KEY).", valueName: "key|file"))
+    var serverKey: String?
+
+    @Option(name: .long, help: ArgumentHelp("This client's CURVE key file from `beacon keygen`, for tcp endpoints ($BEACON_KEY_FILE).", valueName: "file"))
+    var keyFile: String?
+
     @Flag(name: .long, help: "Print JSON lines instead of text.")
     var json = false
+
+    /// CURVE credentials from the options or the environment; `nil` when none are given.
+    func curveCredentials() throws(WireError) -> CurveCredentials? {
+        let environment = ProcessInfo.processInfo.environment
+        let server = serverKey ?? environment["BEACON_SERVER_KEY"]
+        let file = keyFile ?? environment["BEACON_KEY_FILE"]
+        guard server != nil || file != nil else { return nil }
+        guard let server, let file else {
+            throw WireError(kind: .refused, message: "CURVE needs both --server-key and --key-file")
+        }
+        func bad(_ message: String) -> WireError { WireError(kind: .refused, message: message) }
+        var serverPublic = server
+        if !ZMQCurveKeyPair.isValidKey(server) {
+            guard let parsed = try? CurveKeyFile(path: server), let key = parsed.publicKey else {
+                throw bad("--server-key: '\(server)' is neither a CURVE public key nor a key file holding one")
+            }
+            serverPublic = key
+        }
+        let own: CurveKeyFile
+        do {
+            own = try CurveKeyFile(path: file)
+        } catch {
+            throw bad("--key-file \(file): \(error)")
+        }
+        guard let secret = own.secretKey, let keys = try? ZMQCurveKeyPair(secretKey: secret) else {
+            throw bad("--key-file \(file) holds no valid secret key (make one with `beacon keygen`)")
+        }
+        return CurveCredentials(serverKey: serverPublic, keys: keys)
+    }
 
     var runtimeDirectory: String {
         if let runtimeDir { return runtimeDir }
@@ -69,7 +107,8 @@ struct Connection: ParsableArguments {
     func client() throws -> WireClient {
         do {
             if let endpoint {
-                return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? endpoint)
+                return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? endpoint,
+                                      curve: try curveCredentials())
             }
             return try WireClient(runtimeDirectory: runtimeDirectory)
         } catch {
@@ -106,8 +145,10 @@ struct Connection: ParsableArguments {
         switch error.kind {
         case .timeout, .transport: code = ExitCode32.unavailable
         case .malformedReply: code = ExitCode32.daemonError
+        case .refused: code = ExitCode32.permissionDenied
         case .rejected:
             switch error.reply?.code {
+            case .permissionDenied: code = ExitCode32.permissionDenied
             case .notFound: code = ExitCode32.notFound
             case .versionConflict, .alreadyExists: code = ExitCode32.conflict
             case .invalidKey, .invalidValue, .valueTooLarge, .invalidArgument, .tooManyOperations: code = ExitCode32.invalidInput
@@ -315,6 +356,38 @@ extension Beacon {
         }
     }
 
+    struct Keygen: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make a CURVE key pair for tcp endpoints.",
+            discussion: """
+                Writes NAME.key (both keys; mode 0600, keep it secret) and NAME.pub (the public key, \
+                to hand out), and prints the public key. For beacond: curve_secret_key_file = NAME.key. \
+                For a client: --key-file NAME.key, and `allow = key:PUBLIC ...` in beacond's configuration.
+                """)
+        @Argument(help: ArgumentHelp("Path and base name of the two files.", valueName: "name")) var name: String
+        @Flag(name: .long, help: "Replace existing files.") var force = false
+        func run() throws {
+            guard ZMQCurveKeyPair.isSupported else { die("beacon: this libzmq has no CURVE support", code: ExitCode32.daemonError) }
+            let keys = try ZMQCurveKeyPair.generate()
+            let files = [(name + ".key", CurveKeyFile(publicKey: keys.publicKey, secretKey: keys.secretKey), 0o600),
+                         (name + ".pub", CurveKeyFile(publicKey: keys.publicKey, secretKey: nil), 0o644)]
+            for (path, _, _) in files where !force && FileManager.default.fileExists(atPath: path) {
+                die("beacon: \(path) exists; use --force to replace it", code: ExitCode32.usage)
+            }
+            for (path, file, mode) in files {
+                // Created with its final mode, so that the secret is never readable by others.
+                unlink(path)
+                let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode_t(mode))
+                guard fd >= 0 else { die("beacon: cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput) }
+                let bytes = Array(file.text.utf8)
+                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                close(fd)
+                guard written == bytes.count else { die("beacon: cannot write \(path)", code: ExitCode32.invalidInput) }
+            }
+            writeLine(keys.publicKey)
+        }
+    }
+
     struct Stats: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print the daemon's revision, keys, connections, rates and journal size.")
         @OptionGroup var connection: Connection
@@ -328,6 +401,9 @@ extension Beacon {
                 "read_only": stats.readOnly,
                 "request_connections": stats.requestConnections, "subscriber_connections": stats.subscriberConnections,
                 "writes_per_second": stats.writesPerSecond.rounded(), "publications_per_second": stats.publicationsPerSecond.rounded(),
+                "connections_refused": stats.connectionsRefused, "access_denied": stats.accessDenied,
+                "rate_limited": stats.rateLimited, "quota_exceeded": stats.quotaExceeded,
+                "subscriptions_refused": stats.subscriptionsRefused,
             ]
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }

@@ -49,6 +49,12 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Most requests read and committed as one group.", valueName: "n"))
     var maxBatch: Int?
 
+    @Flag(name: .long, help: "Allow tcp endpoints without CURVE: no encryption, no authentication (logged as a warning).")
+    var tcpInsecure = false
+
+    @Flag(name: .long, help: "Check the configuration (file, flags, access rules, CURVE key) and exit: 0 valid, 78 invalid.")
+    var checkConfig = false
+
     @Option(name: .long, help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical.", valueName: "level"))
     var logLevel: String = "info"
 
@@ -72,6 +78,14 @@ struct Beacond: AsyncParsableCommand {
             Self.fail("beacond: \(error)", code: 78)
         } catch {
             Self.fail("beacond: invalid configuration: \(error)", code: 78)
+        }
+        if checkConfig {
+            print(Self.summary(of: configuration))
+            return
+        }
+        if configuration.tcpInsecure, !configuration.tcpEndpoints.isEmpty {
+            logger.warning("tcp endpoints run WITHOUT CURVE: anyone who reaches them can connect, and traffic is not encrypted",
+                           metadata: ["endpoints": "\(configuration.tcpEndpoints.joined(separator: ","))"])
         }
 
         let server: BeaconServer
@@ -127,7 +141,24 @@ struct Beacond: AsyncParsableCommand {
         }
         if let maxBatch { configuration.maxBatch = max(maxBatch, 1) }
         if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
+        if tcpInsecure { configuration.tcpInsecure = true }
+        try configuration.validate()
         return configuration
+    }
+
+    /// What `--check-config` prints about a valid configuration.
+    static func summary(of configuration: DaemonConfiguration) -> String {
+        var lines = ["configuration valid", "runtime_dir = \(configuration.runtimeDirectory)",
+                     "state_dir = \(configuration.stateDirectory)"]
+        if configuration.access.isEnabled {
+            for rule in configuration.access.rules {
+                lines.append("allow \(rule.subject): read \(rule.rights.read), write \(rule.rights.write)")
+            }
+        } else {
+            lines.append("no allow rules: every peer that can open the sockets may read and write every key")
+        }
+        if let keys = configuration.curveKeys { lines.append("CURVE public key = \(keys.publicKey)") }
+        return lines.joined(separator: "\n")
     }
 
     struct ConfigurationUnreadable: Error, CustomStringConvertible {

@@ -87,7 +87,7 @@ def main(runtime_dir, proto_dir):
     while marker is None:
         check(poller.poll(5000), "publications arrive")
         topic, body = sub.recv_multipart()
-        if topic == b"!c":
+        if topic.startswith(b"!c"):
             marker = pb.CommitMarker()
             marker.ParseFromString(body)
         elif not topic.startswith(b"!"):

@@ -210,12 +210,12 @@ extension ClientEngine {
             guard frames.count == 2 else { continue }
             heard()
             let body = frames[1].bytes
-            switch frames[0].string {
-            case WireTopic.heartbeat:
+            switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
+            case .heartbeat:
                 if let heartbeat = try? Beacon_V1_Heartbeat(serializedBytes: body) { accept(heartbeat) }
-            case WireTopic.commit:
+            case .commit:
                 if let marker = try? Beacon_V1_CommitMarker(serializedBytes: body) { accept(marker) }
-            default:
+            case .diff:
                 if let diff = try? Beacon_V1_Diff(serializedBytes: body) { accept(diff) }
             }
             if !held.isEmpty { releaseHeld() }

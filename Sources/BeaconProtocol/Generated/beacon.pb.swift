@@ -953,6 +953,9 @@ public nonisolated struct Beacon_V1_Error: Sendable {
   /// for a Txn: which operation failed
   public var opIndex: UInt32 = 0
 
+  /// RATE_LIMITED: when the peer may write again
+  public var retryAfterMs: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum Code: SwiftProtobuf.Enum, Swift.CaseIterable {
@@ -988,6 +991,15 @@ public nonisolated struct Beacon_V1_Error: Sendable {
     case readOnly // = 12
     case invalidArgument // = 13
     case `internal` // = 14
+
+    /// the daemon's access policy does not let this peer do this
+    case permissionDenied // = 15
+
+    /// this peer sent writes faster than its limit; retry after retry_after_ms
+    case rateLimited // = 16
+
+    /// a limit on keys per peer or on the journal's size was reached
+    case quotaExceeded // = 17
     case UNRECOGNIZED(Int)
 
     public init() {
@@ -1011,6 +1023,9 @@ public nonisolated struct Beacon_V1_Error: Sendable {
       case 12: self = .readOnly
       case 13: self = .invalidArgument
       case 14: self = .internal
+      case 15: self = .permissionDenied
+      case 16: self = .rateLimited
+      case 17: self = .quotaExceeded
       default: self = .UNRECOGNIZED(rawValue)
       }
     }
@@ -1032,6 +1047,9 @@ public nonisolated struct Beacon_V1_Error: Sendable {
       case .readOnly: return 12
       case .invalidArgument: return 13
       case .internal: return 14
+      case .permissionDenied: return 15
+      case .rateLimited: return 16
+      case .quotaExceeded: return 17
       case .UNRECOGNIZED(let i): return i
       }
     }
@@ -1053,6 +1071,9 @@ public nonisolated struct Beacon_V1_Error: Sendable {
       .readOnly,
       .invalidArgument,
       .internal,
+      .permissionDenied,
+      .rateLimited,
+      .quotaExceeded,
     ]
 
   }
@@ -1296,6 +1317,36 @@ public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
   public var publicationsPerSecond: Double {
     get {_storage._publicationsPerSecond}
     set {_uniqueStorage()._publicationsPerSecond = newValue}
+  }
+
+  /// connections the access policy turned away (ZAP)
+  public var connectionsRefused: UInt64 {
+    get {_storage._connectionsRefused}
+    set {_uniqueStorage()._connectionsRefused = newValue}
+  }
+
+  /// requests refused with PERMISSION_DENIED
+  public var accessDenied: UInt64 {
+    get {_storage._accessDenied}
+    set {_uniqueStorage()._accessDenied = newValue}
+  }
+
+  /// writes refused with RATE_LIMITED
+  public var rateLimited: UInt64 {
+    get {_storage._rateLimited}
+    set {_uniqueStorage()._rateLimited = newValue}
+  }
+
+  /// writes refused with QUOTA_EXCEEDED
+  public var quotaExceeded: UInt64 {
+    get {_storage._quotaExceeded}
+    set {_uniqueStorage()._quotaExceeded = newValue}
+  }
+
+  /// subscriptions ignored: not readable, or over the limit
+  public var subscriptionsRefused: UInt64 {
+    get {_storage._subscriptionsRefused}
+    set {_uniqueStorage()._subscriptionsRefused = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -2922,7 +2973,7 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension Beacon_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Error"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}key\0\u{3}current_version\0\u{3}compacted_revision\0\u{3}head_revision\0\u{3}op_index\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}key\0\u{3}current_version\0\u{3}compacted_revision\0\u{3}head_revision\0\u{3}op_index\0\u{3}retry_after_ms\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2937,6 +2988,7 @@ nonisolated extension Beacon_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._Mes
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.compactedRevision) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.headRevision) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.opIndex) }()
+      case 8: try { try decoder.decodeSingularUInt32Field(value: &self.retryAfterMs) }()
       default: break
       }
     }
@@ -2964,6 +3016,9 @@ nonisolated extension Beacon_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if self.opIndex != 0 {
       try visitor.visitSingularUInt32Field(value: self.opIndex, fieldNumber: 7)
     }
+    if self.retryAfterMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.retryAfterMs, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2975,13 +3030,14 @@ nonisolated extension Beacon_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if lhs.compactedRevision != rhs.compactedRevision {return false}
     if lhs.headRevision != rhs.headRevision {return false}
     if lhs.opIndex != rhs.opIndex {return false}
+    if lhs.retryAfterMs != rhs.retryAfterMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
 }
 
 nonisolated extension Beacon_V1_Error.Code: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0UNSPECIFIED\0\u{1}MALFORMED\0\u{1}UNKNOWN_REQUEST\0\u{1}INVALID_KEY\0\u{1}INVALID_VALUE\0\u{1}VALUE_TOO_LARGE\0\u{1}NOT_FOUND\0\u{1}VERSION_CONFLICT\0\u{1}ALREADY_EXISTS\0\u{1}COMPACTED\0\u{1}FUTURE_REVISION\0\u{1}TOO_MANY_OPERATIONS\0\u{1}READ_ONLY\0\u{1}INVALID_ARGUMENT\0\u{1}INTERNAL\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0UNSPECIFIED\0\u{1}MALFORMED\0\u{1}UNKNOWN_REQUEST\0\u{1}INVALID_KEY\0\u{1}INVALID_VALUE\0\u{1}VALUE_TOO_LARGE\0\u{1}NOT_FOUND\0\u{1}VERSION_CONFLICT\0\u{1}ALREADY_EXISTS\0\u{1}COMPACTED\0\u{1}FUTURE_REVISION\0\u{1}TOO_MANY_OPERATIONS\0\u{1}READ_ONLY\0\u{1}INVALID_ARGUMENT\0\u{1}INTERNAL\0\u{1}PERMISSION_DENIED\0\u{1}RATE_LIMITED\0\u{1}QUOTA_EXCEEDED\0")
 }
 
 nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -3275,7 +3331,7 @@ nonisolated extension Beacon_V1_EventsReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatsReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0")
 
   fileprivate class _StorageClass {
     var _epoch: UInt64 = 0
@@ -3297,6 +3353,11 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
     var _subscriberConnections: UInt32 = 0
     var _writesPerSecond: Double = 0
     var _publicationsPerSecond: Double = 0
+    var _connectionsRefused: UInt64 = 0
+    var _accessDenied: UInt64 = 0
+    var _rateLimited: UInt64 = 0
+    var _quotaExceeded: UInt64 = 0
+    var _subscriptionsRefused: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3326,6 +3387,11 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       _subscriberConnections = source._subscriberConnections
       _writesPerSecond = source._writesPerSecond
       _publicationsPerSecond = source._publicationsPerSecond
+      _connectionsRefused = source._connectionsRefused
+      _accessDenied = source._accessDenied
+      _rateLimited = source._rateLimited
+      _quotaExceeded = source._quotaExceeded
+      _subscriptionsRefused = source._subscriptionsRefused
     }
   }
 
@@ -3363,6 +3429,11 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         case 17: try { try decoder.decodeSingularUInt32Field(value: &_storage._subscriberConnections) }()
         case 18: try { try decoder.decodeSingularDoubleField(value: &_storage._writesPerSecond) }()
         case 19: try { try decoder.decodeSingularDoubleField(value: &_storage._publicationsPerSecond) }()
+        case 20: try { try decoder.decodeSingularUInt64Field(value: &_storage._connectionsRefused) }()
+        case 21: try { try decoder.decodeSingularUInt64Field(value: &_storage._accessDenied) }()
+        case 22: try { try decoder.decodeSingularUInt64Field(value: &_storage._rateLimited) }()
+        case 23: try { try decoder.decodeSingularUInt64Field(value: &_storage._quotaExceeded) }()
+        case 24: try { try decoder.decodeSingularUInt64Field(value: &_storage._subscriptionsRefused) }()
         default: break
         }
       }
@@ -3428,6 +3499,21 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._publicationsPerSecond.bitPattern != 0 {
         try visitor.visitSingularDoubleField(value: _storage._publicationsPerSecond, fieldNumber: 19)
       }
+      if _storage._connectionsRefused != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._connectionsRefused, fieldNumber: 20)
+      }
+      if _storage._accessDenied != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._accessDenied, fieldNumber: 21)
+      }
+      if _storage._rateLimited != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._rateLimited, fieldNumber: 22)
+      }
+      if _storage._quotaExceeded != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._quotaExceeded, fieldNumber: 23)
+      }
+      if _storage._subscriptionsRefused != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._subscriptionsRefused, fieldNumber: 24)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3456,6 +3542,11 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._subscriberConnections != rhs_storage._subscriberConnections {return false}
         if _storage._writesPerSecond != rhs_storage._writesPerSecond {return false}
         if _storage._publicationsPerSecond != rhs_storage._publicationsPerSecond {return false}
+        if _storage._connectionsRefused != rhs_storage._connectionsRefused {return false}
+        if _storage._accessDenied != rhs_storage._accessDenied {return false}
+        if _storage._rateLimited != rhs_storage._rateLimited {return false}
+        if _storage._quotaExceeded != rhs_storage._quotaExceeded {return false}
+        if _storage._subscriptionsRefused != rhs_storage._subscriptionsRefused {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -1,0 +1,174 @@
+import BeaconJournal
+import BeaconProtocol
+import BeaconZMQ
+import Foundation
+
+/// ZAP domains the daemon's endpoints authenticate under.
+enum AccessDomain {
+    static let local = "beacon-ipc"
+    static let curve = "beacon-curve"
+    static let insecure = "beacon-tcp"
+}
+
+/// Who sent the request being handled, and what they may do.
+struct RequestContext {
+    /// The ZAP user id (`Peer.description`); empty when unknown.
+    var peer: String
+    var rights: AccessRights
+
+    static let unrestricted = RequestContext(peer: "", rights: .everything)
+}
+
+extension BeaconServer {
+    // MARK: Authentication (ZAP, RFC 27)
+
+    /// Answers every waiting ZAP request: which peers may connect, and under which user id.
+    func drainAuthentication() {
+        guard let zap else { return }
+        while let frames = try? zap.receiveMessage(flags: .dontWait) {
+            // version, request id, domain, address, routing id, mechanism, credentials...
+            guard frames.count >= 6 else { continue }
+            let requestID = frames[1].bytes
+            let peer = Self.peer(domain: frames[2].string, address: frames[3].string, mechanism: frames[5].string,
+                                 credentials: frames.dropFirst(6).map(\.bytes))
+            var reply: [String] = ["400", "no access rule admits this peer", ""]
+            if let peer, access.admit(peer) != nil {
+                reply = ["200", "OK", peer.description]
+                logger.debug("peer admitted", metadata: ["peer": "\(peer)"])
+            } else {
+                counters.connectionsRefused += 1
+                logger.notice("connection refused", metadata: [
+                    "peer": "\(peer?.description ?? "unidentified")", "domain": "\(frames[2].string)",
+                    "mechanism": "\(frames[5].string)"])
+            }
+            let out = [ZMQMessage(string: "1.0"), ZMQMessage(bytes: requestID)]
+                + reply.map { ZMQMessage(string: $0) } + [ZMQMessage()]
+            do {
+                try zap.send(frames: out)
+            } catch {
+                logger.warning("ZAP reply not sent", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// The peer a ZAP request describes. For ipc, libzmq puts the kernel's credentials of the
+    /// peer in the address as `:uid:gid:pid`.
+    static func peer(domain: String, address: String, mechanism: String, credentials: [[UInt8]]) -> Peer? {
+        switch (domain, mechanism) {
+        case (AccessDomain.local, "NULL"):
+            let fields = address.split(separator: ":", omittingEmptySubsequences: false).suffix(3)
+            guard fields.count == 3, let uid = UInt32(fields[fields.startIndex]),
+                  let gid = UInt32(fields[fields.startIndex + 1]) else { return nil }
+            return .local(uid: uid, gid: gid)
+        case (AccessDomain.curve, "CURVE"):
+            guard let key = credentials.first.flatMap(ZMQCurveKeyPair.z85) else { return nil }
+            return .curve(publicKey: key)
+        case (AccessDomain.insecure, "NULL"):
+            return .insecure(address: address)
+        default:
+            return nil
+        }
+    }
+
+    // MARK: Requests
+
+    /// Who sent a request body, from the user id its connection was admitted with.
+    func requestContext(of body: ZMQMessage) -> RequestContext {
+        let userID = body.metadata("User-Id")
+        return RequestContext(peer: userID ?? "", rights: access.rights(userID: userID))
+    }
+
+    /// A PERMISSION_DENIED refusal, counted.
+    func denied(_ what: String, key: String) -> WriteRejection {
+        counters.accessDenied += 1
+        logger.debug("request denied", metadata: ["peer": "\(current.peer)", "what": "\(what)", "key": "\(key)"])
+        var error = Beacon_V1_Error()
+        error.code = .permissionDenied
+        error.message = "\(current.peer.isEmpty ? "this peer" : current.peer) may not \(what)"
+        error.key = key
+        return WriteRejection(error: error)
+    }
+
+    /// Refuses a read of `key` the current peer may not read.
+    func checkRead(key: String) throws(WriteRejection) {
+        if !current.rights.read.contains(key: key) { throw denied("read '\(key)'", key: key) }
+    }
+
+    /// Refuses a read under `prefix` unless the current peer may read every key under it.
+    func checkRead(prefix: String) throws(WriteRejection) {
+        if !current.rights.read.covers(prefix: prefix) {
+            throw denied("read under '\(prefix)' (readable: \(current.rights.read))", key: prefix)
+        }
+    }
+
+    // MARK: Publish socket
+
+    /// Applies every waiting subscription and unsubscription: checks it against the peer's read
+    /// rights and limit, subscribes the peer (the XPUB is in manual mode), and sequences key
+    /// prefixes while someone follows them.
+    func drainSubscriptions() {
+        let now = Journal.nowMilliseconds()
+        while let frames = try? publisher.receiveMessage(flags: .dontWait) {
+            let frame = frames[0]
+            let bytes = frame.bytes
+            guard let kind = bytes.first, kind <= 1 else { continue }
+            let topic = Array(bytes.dropFirst())
+            let userID = frame.metadata("User-Id")
+            let prefix = String(validating: topic, as: UTF8.self).flatMap { text in
+                !text.hasPrefix(WireTopic.controlPrefix) && KeyPath.problem(prefix: text) == nil ? text : nil
+            }
+            if kind == 1 {
+                guard access.countSubscription(topic, peer: userID ?? "") else {
+                    counters.subscriptionsRefused += 1
+                    logger.notice("subscription refused: limit reached", metadata: [
+                        "peer": "\(userID ?? "")", "limit": "\(access.limits.subscriptionsPerPeer)"])
+                    continue
+                }
+                if let prefix {
+                    // A prefix's last revision must count only published writes: commit and publish
+                    // what is pending before computing it.
+                    if !tracker.isTracked(prefix) { flushWrites() }
+                    tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
+                }
+                let rights = access.rights(userID: userID)
+                guard let granted = access.topics(forSubscription: topic, rights: rights) else {
+                    counters.subscriptionsRefused += 1
+                    logger.debug("subscription refused", metadata: ["peer": "\(userID ?? "")", "topic": "\(String(decoding: topic, as: UTF8.self))"])
+                    continue
+                }
+                for grantedTopic in granted { try? publisher.addSubscription(grantedTopic) }
+            } else {
+                guard access.releaseSubscription(topic, peer: userID) else { continue }
+                if let prefix { tracker.unsubscribe(prefix, nowMilliseconds: now) }
+                // A closed connection's subscriptions are gone already; a live peer's are removed.
+                if let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {
+                    for grantedTopic in granted { try? publisher.removeSubscription(grantedTopic) }
+                }
+            }
+        }
+    }
+
+    /// Publishes a heartbeat to each read scope, listing the sequenced prefixes it may read.
+    func publishHeartbeats(_ heartbeat: Beacon_V1_Heartbeat) {
+        guard access.policy.isEnabled else {
+            return publish(topic: access.heartbeatTopic(scope: 0), heartbeat)
+        }
+        for (scope, readable) in access.scopes.enumerated() {
+            var scoped = heartbeat
+            scoped.prefixes = heartbeat.prefixes.filter { readable.covers(prefix: $0.prefix) }
+            publish(topic: access.heartbeatTopic(scope: scope), scoped)
+        }
+    }
+
+    /// Publishes a commit marker to each read scope that may read a prefix it marks.
+    func publishCommitMarkers(_ marker: Beacon_V1_CommitMarker) {
+        guard access.policy.isEnabled else {
+            return publish(topic: access.commitTopic(scope: 0), marker)
+        }
+        for (scope, readable) in access.scopes.enumerated() {
+            var scoped = marker
+            scoped.marks = marker.marks.filter { readable.covers(prefix: $0.prefix) }
+            if !scoped.marks.isEmpty { publish(topic: access.commitTopic(scope: scope), scoped) }
+        }
+    }
+}

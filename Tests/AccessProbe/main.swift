@@ -1,0 +1,102 @@
+// beacon-access-probe: tries every read path, a write, and raw subscriptions against a daemon,
+// and prints what it was allowed to do, one line each. The access tests run it under other
+// user ids (setpriv) or with CURVE keys.
+//
+//   <op> <outcome> <count>       op: get, list, snapshot, delta, history, history-key, put;
+//                                outcome: OK or the error code (PERMISSION_DENIED, REFUSED, ...)
+//   READY                        subscriptions are in place; publications are being collected
+//   diff <key>                   a diff arrived
+//   heartbeat <prefixes>         a heartbeat arrived, with the prefixes it lists (comma-separated)
+//   commit <prefixes>            a commit marker arrived, with the prefixes it marks
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+
+var arguments = CommandLine.arguments.dropFirst()
+var runtimeDirectory: String?
+var endpoints: (request: String, publish: String)?
+var curve: CurveCredentials?
+var key = ""
+var prefix = ""
+var writeKey: String?
+var topics: [String] = []
+var listenMilliseconds = 0
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--runtime-dir": runtimeDirectory = arguments.popFirst()
+    case "--endpoints": endpoints = (arguments.popFirst() ?? "", arguments.popFirst() ?? "")
+    case "--curve":
+        let server = try CurveKeyFile(path: arguments.popFirst() ?? "").publicKey ?? ""
+        let own = try CurveKeyFile(path: arguments.popFirst() ?? "").secretKey ?? ""
+        curve = CurveCredentials(serverKey: server, keys: try ZMQCurveKeyPair(secretKey: own))
+    case "--key": key = arguments.popFirst() ?? ""
+    case "--prefix": prefix = arguments.popFirst() ?? ""
+    case "--write": writeKey = arguments.popFirst()
+    case "--subscribe": topics.append(arguments.popFirst() ?? "")
+    case "--listen-ms": listenMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
+    default:
+        FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
+        exit(64)
+    }
+}
+
+func emit(_ line: String) {
+    print(line)
+    fflush(stdout)
+}
+
+let client: WireClient
+if let endpoints {
+    client = try WireClient(requestEndpoint: endpoints.request, publishEndpoint: endpoints.publish, curve: curve)
+} else {
+    client = try WireClient(runtimeDirectory: runtimeDirectory ?? "")
+}
+
+func attempt(_ op: String, _ body: () throws(WireError) -> Int) {
+    do {
+        let count = try body()
+        emit("\(op) OK \(count)")
+    } catch {
+        switch error.kind {
+        case .rejected: emit("\(op) \(String(describing: error.reply?.code ?? .unspecified).uppercased()) 0")
+        case .refused: emit("\(op) REFUSED 0")
+        case .timeout: emit("\(op) TIMEOUT 0")
+        default: emit("\(op) ERROR 0")
+        }
+    }
+}
+
+let timeout = 2000
+attempt("get") { () throws(WireError) in _ = try client.get(key, timeoutMilliseconds: timeout); return 1 }
+attempt("list") { () throws(WireError) in
+    let reply = try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: timeout)
+    return reply.list.kvs.count
+}
+attempt("snapshot") { () throws(WireError) in try client.snapshot(prefix: prefix, timeoutMilliseconds: timeout).kvs.count }
+attempt("delta") { () throws(WireError) in
+    let reply = try client.call(.delta(.with { $0.prefix = prefix }), timeoutMilliseconds: timeout)
+    return reply.events.events.count
+}
+attempt("history") { () throws(WireError) in try client.history(prefix, exact: false, from: 0, to: 0, timeoutMilliseconds: timeout).events.count }
+attempt("history-key") { () throws(WireError) in try client.history(key, exact: true, from: 0, to: 0, timeoutMilliseconds: timeout).events.count }
+if let writeKey {
+    attempt("put") { () throws(WireError) in _ = try client.put(writeKey, .with { $0.intValue = 1 }, timeoutMilliseconds: timeout); return 1 }
+}
+
+if listenMilliseconds > 0 {
+    // Raw subscriptions, as any ZeroMQ program could make them; the control topics come with "!".
+    for topic in topics { try client.subscribeRaw(topic) }
+    Thread.sleep(forTimeInterval: 0.3)
+    emit("READY")
+    let end = Date().addingTimeInterval(Double(listenMilliseconds) / 1000)
+    while Date() < end {
+        guard let publication = try? client.receivePublication(timeoutMilliseconds: 50) else { continue }
+        switch publication {
+        case .diff(let diff): emit("diff \(diff.event.change.key)")
+        case .heartbeat(let heartbeat): emit("heartbeat \(heartbeat.prefixes.map(\.prefix).joined(separator: ","))")
+        case .commit(let marker): emit("commit \(marker.marks.map(\.prefix).joined(separator: ","))")
+        }
+    }
+}
+emit("END")
