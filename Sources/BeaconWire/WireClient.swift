@@ -42,6 +42,8 @@ public final class WireClient {
     /// Reports handshake failures of the request socket: the daemon refusing this peer.
     private let handshakeEvents: ZMQSocket
     private let curve: CurveCredentials?
+    /// Set once the daemon refused this client's connection.
+    private var refused: WireError?
 
     /// Connects to explicit endpoints.
     /// - Parameter curve: keys for a daemon's CURVE (tcp) endpoints; `nil` for ipc.
@@ -56,6 +58,8 @@ public final class WireClient {
             dealer = try ZMQSocket(self.context, type: .dealer, linger: 0)
             try dealer.setSendHighWaterMark(100_000)
             try dealer.setReceiveHighWaterMark(100_000)
+            // A refused connection leaves no peer to queue for: a send then fails instead of waiting forever.
+            try dealer.setSendTimeout(milliseconds: 10_000)
             if let curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
             handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
                                                  name: "beacon-wire-\(UInt64.random(in: 0 ... .max))")
@@ -88,8 +92,14 @@ public final class WireClient {
 
     /// Sends raw bytes as a request body (for testing how the daemon treats bad input).
     public func send(rawBody: [UInt8]) throws(WireError) {
+        // A refused connection is not retried: the daemon's policy said no.
+        if let refused { throw refused }
         do {
             try dealer.send(ZMQMessage(bytes: rawBody))
+        } catch where error.wouldBlock {
+            if let event = try? handshakeEvents.receiveMonitorEvent(flags: .dontWait) { throw refusal(event) }
+            throw WireError(kind: .timeout, message: "the request to \(requestEndpoint) could not be queued within 10 s "
+                + "(daemon unreachable, refusing this peer, or not reading)")
         } catch {
             throw WireError(error)
         }
@@ -119,13 +129,17 @@ public final class WireClient {
     }
 
     private func refusal(_ event: ZMQMonitorEvent) -> WireError {
+        let error: WireError
         if event.kind.contains(.handshakeFailedAuth) {
             let identity = curve == nil ? "uid \(getuid()), gid \(getgid())" : "CURVE key \(curve!.keys.publicKey)"
-            return WireError(kind: .refused, message: "beacond at \(requestEndpoint) refused the connection (status \(event.value)): "
+            error = WireError(kind: .refused, message: "beacond at \(requestEndpoint) refused the connection (status \(event.value)): "
                 + "no access rule admits this peer (\(identity))")
+        } else {
+            error = WireError(kind: .refused, message: "the security handshake with \(requestEndpoint) failed"
+                + (curve == nil ? "" : " (is the daemon's public key right?)"))
         }
-        return WireError(kind: .refused, message: "the security handshake with \(requestEndpoint) failed"
-            + (curve == nil ? "" : " (is the daemon's public key right?)"))
+        refused = error
+        return error
     }
 
     private static func decodeReply(_ frames: [ZMQMessage]) throws(ZMQError) -> Beacon_V1_Reply? {
@@ -267,8 +281,9 @@ public final class WireClient {
     /// Subscribes to exactly `topic`, with no control subscription (for testing what the daemon
     /// lets through).
     public func subscribeRaw(_ topic: String) throws(WireError) {
+        let socket = try subscriberSocket(receiveHighWaterMark: 100_000)
         do {
-            try subscriberSocket(receiveHighWaterMark: 100_000).subscribe(Array(topic.utf8))
+            try socket.subscribe(Array(topic.utf8))
         } catch {
             throw WireError(error)
         }

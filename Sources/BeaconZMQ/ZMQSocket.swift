@@ -236,6 +236,10 @@ public final class ZMQSocket {
     /// Send high-water mark: messages queued per peer before new ones are dropped (or block).
     public func setSendHighWaterMark(_ messages: Int32) throws(ZMQError) { try setOption(ZMQ_SNDHWM, messages) }
 
+    /// How long a blocking send waits for room (or for a peer) before failing with `EAGAIN`;
+    /// -1 waits forever.
+    public func setSendTimeout(milliseconds: Int32) throws(ZMQError) { try setOption(ZMQ_SNDTIMEO, milliseconds) }
+
     /// Whether more frames of the last received message are waiting.
     public var hasMoreFrames: Bool {
         get throws(ZMQError) { try intOption(ZMQ_RCVMORE) != 0 }

@@ -42,8 +42,8 @@ while let argument = arguments.popFirst() {
 }
 
 func emit(_ line: String) {
-    print(line)
-    fflush(stdout)
+    // Unbuffered: the test waits for READY while the probe runs.
+    FileHandle.standardOutput.write((line + "\n").data(using: .utf8)!)
 }
 
 let client: WireClient
@@ -59,11 +59,19 @@ func attempt(_ op: String, _ body: () throws(WireError) -> Int) {
         emit("\(op) OK \(count)")
     } catch {
         switch error.kind {
-        case .rejected: emit("\(op) \(String(describing: error.reply?.code ?? .unspecified).uppercased()) 0")
+        case .rejected: emit("\(op) \(snakeCase(String(describing: error.reply?.code ?? .unspecified))) 0")
         case .refused: emit("\(op) REFUSED 0")
         case .timeout: emit("\(op) TIMEOUT 0")
         default: emit("\(op) ERROR 0")
         }
+    }
+}
+
+/// `permissionDenied` as the proto spells it: `PERMISSION_DENIED`.
+func snakeCase(_ name: String) -> String {
+    name.reduce(into: "") { result, character in
+        if character.isUppercase { result += "_" }
+        result += character.uppercased()
     }
 }
 
