@@ -7,7 +7,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale man completions install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -20,6 +20,8 @@ help:
 	@echo "make bench-client  client library: write-to-effect latency, mirror throughput, memory"
 	@echo "make bench-peers   Beacon beside raw libzmq, Mosquitto and Redis on one workload"
 	@echo "make bench-scale   catch-up after 1M missed changes, journal size, start-up and memory with 1M keys"
+	@echo "make bench-flood   a well-behaved client's write latency while another peer floods (rate limit on/off)"
+	@echo "make bench-fuzz    3,000,000 random and mutated frames on every socket: no crash, bounded memory"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
 	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
@@ -55,7 +57,7 @@ test: deps
 test-race: deps
 	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
 
-bench: bench-core bench-daemon bench-client bench-peers bench-scale
+bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz
 
 bench-core:
 	$(SWIFT) build -c release --product beacon-signals-bench
@@ -76,6 +78,17 @@ bench-peers: release
 # 1,000,000 keys.
 bench-scale: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" scale
+
+# A well-behaved client's write latency alone and while another peer (a CURVE key) floods,
+# with the flooder's write rate limited and not.
+bench-flood: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" flood
+
+# 3,000,000 random and mutated frames on the request socket, the publish socket and the raw ipc
+# streams of a daemon under an access policy; fails on a crash, a lost reply, a changed guarded
+# key or memory growth.
+bench-fuzz: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" fuzz
 
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release

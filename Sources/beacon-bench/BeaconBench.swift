@@ -10,7 +10,8 @@ struct BeaconBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon-bench",
         abstract: "Benchmarks that print figures beside the raw libzmq ceiling measured in the same run.",
-        subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self])
+        subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self, FuzzBench.self,
+                      FloodBench.self])
 }
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -113,12 +114,12 @@ final class DaemonUnderTest {
     let process = Process()
     let runtimeDirectory: String
 
-    init(directory: String, durability: String, maxBatch: Int) throws {
+    init(directory: String, durability: String, maxBatch: Int, extraArguments: [String] = []) throws {
         runtimeDirectory = directory + "/run"
         let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacond")
         process.executableURL = binary
         process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", directory + "/state",
-                             "--durability", durability, "--max-batch", "\(maxBatch)", "--log-level", "warning"]
+                             "--durability", durability, "--max-batch", "\(maxBatch)", "--log-level", "warning"] + extraArguments
         try process.run()
         let client = try WireClient(runtimeDirectory: runtimeDirectory)
         for _ in 0..<100 where (try? client.ping(timeoutMilliseconds: 100)) == nil {}
