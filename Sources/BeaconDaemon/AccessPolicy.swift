@@ -297,7 +297,7 @@ public struct DaemonLimits: Sendable, Equatable {
     /// Live keys a peer may have created (0: no limit).
     public var keysPerPeer: UInt32 = 0
     /// Requests queued per connection before libzmq stops reading from it (back-pressure).
-    public var pendingRequests: Int32 = 1000
+    public var pendingRequests: Int32 = 10_000
     /// Subscriptions one peer may hold on the publish socket.
     public var subscriptionsPerPeer: UInt32 = 1000
     /// Journal size above which puts are refused (deletes still work); 0: no limit.
