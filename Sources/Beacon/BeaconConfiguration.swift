@@ -1,4 +1,6 @@
 import BeaconProtocol
+@_exported import struct BeaconWire.CurveCredentials
+@_exported import struct BeaconZMQ.ZMQCurveKeyPair
 import Dispatch
 import Foundation
 
@@ -38,6 +40,9 @@ public struct BeaconConfiguration: Sendable {
     public var retryInterval: Duration = .milliseconds(250)
     /// Publications queued by libzmq before it drops new ones (drops are detected and repaired).
     public var receiveHighWaterMark: Int32 = 1_000_000
+    /// Keys for a daemon's CURVE tcp endpoints (the daemon's public key and this client's key
+    /// pair, which the daemon's `allow = key:` rules must list); `nil` for ipc.
+    public var curve: CurveCredentials?
 
     /// The daemon in `runtimeDirectory` (its `beacon.req` and `beacon.pub` ipc sockets).
     public init(runtimeDirectory: String) {

@@ -27,8 +27,13 @@ extension BeaconServer {
         guard let zap else { return }
         while let frames = try? zap.receiveMessage(flags: .dontWait) {
             // version, request id, domain, address, routing id, mechanism, credentials...
-            guard frames.count >= 6 else { continue }
-            let requestID = frames[1].bytes
+            let requestID = frames.count > 1 ? frames[1].bytes : []
+            guard frames.count >= 6 else {
+                // A REP socket must answer before it can read again; libzmq never sends this.
+                try? zap.send(frames: ["1.0"].map { ZMQMessage(string: $0) } + [ZMQMessage(bytes: requestID)]
+                    + ["500", "malformed ZAP request", "", ""].map { ZMQMessage(string: $0) })
+                continue
+            }
             let peer = Self.peer(domain: frames[2].string, address: frames[3].string, mechanism: frames[5].string,
                                  credentials: frames.dropFirst(6).map(\.bytes))
             var reply: [String] = ["400", "no access rule admits this peer", ""]
@@ -42,7 +47,7 @@ extension BeaconServer {
                     "mechanism": "\(frames[5].string)"])
             }
             let out = [ZMQMessage(string: "1.0"), ZMQMessage(bytes: requestID)]
-                + reply.map { ZMQMessage(string: $0) } + [ZMQMessage()]
+                + reply.map { ZMQMessage(string: $0) } + [ZMQMessage()]  // no metadata
             do {
                 try zap.send(frames: out)
             } catch {

@@ -176,9 +176,11 @@ final class ClientEngine: @unchecked Sendable {
         dealer = try ZMQSocket(context, type: .dealer, linger: 0)
         try dealer.setSendHighWaterMark(100_000)
         try dealer.setReceiveHighWaterMark(100_000)
+        if let curve = configuration.curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
         try dealer.connect(configuration.requestEndpoint)
         subscriber = try ZMQSocket(context, type: .sub, linger: 0)
         try subscriber.setReceiveHighWaterMark(configuration.receiveHighWaterMark)
+        if let curve = configuration.curve { try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
         try subscriber.connect(configuration.publishEndpoint)
         try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
     }
