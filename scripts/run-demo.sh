@@ -18,8 +18,10 @@ echo "== a subscriber watches 'demo.' while a writer changes it:"
 watcher=$!
 sleep 0.3
 "$bin/beacon" set demo.link up
-"$bin/beacon" set demo.volume 30
-"$bin/beacon" set demo.volume 45 --if-version 1
+# Compare-and-set on the version the first write made (the journal in $dir keeps earlier runs).
+version=$("$bin/beacon" set demo.volume 30 --json | sed -n 's/.*"version":\([0-9]*\).*/\1/p')
+echo "demo.volume = 30 at version $version"
+"$bin/beacon" set demo.volume 45 --if-version "$version"
 "$bin/beacon" set demo.session '{"user":"ada"}' --ttl 500
 "$bin/beacon" delete demo.link
 wait $watcher
