@@ -2,6 +2,7 @@ import BeaconJournal
 import BeaconProtocol
 import BeaconZMQ
 import Foundation
+import SwiftProtobuf
 
 /// ZAP domains the daemon's endpoints authenticate under.
 enum AccessDomain {
@@ -79,6 +80,7 @@ extension BeaconServer {
 
     /// Who sent a request body, from the user id its connection was admitted with.
     func requestContext(of body: ZMQMessage) -> RequestContext {
+        guard access.needsPeerIdentity else { return .unrestricted }
         let userID = body.metadata("User-Id")
         return RequestContext(peer: userID ?? "", rights: access.rights(userID: userID))
     }
@@ -155,25 +157,30 @@ extension BeaconServer {
 
     /// Publishes a heartbeat to each read scope, listing the sequenced prefixes it may read.
     func publishHeartbeats(_ heartbeat: Beacon_V1_Heartbeat) {
-        guard access.policy.isEnabled else {
-            return publish(topic: access.heartbeatTopic(scope: 0), heartbeat)
-        }
-        for (scope, readable) in access.scopes.enumerated() {
-            var scoped = heartbeat
-            scoped.prefixes = heartbeat.prefixes.filter { readable.covers(prefix: $0.prefix) }
-            publish(topic: access.heartbeatTopic(scope: scope), scoped)
+        publishPerScope(heartbeat, topic: access.heartbeatTopic) { scoped, readable in
+            scoped.prefixes = scoped.prefixes.filter { readable.covers(prefix: $0.prefix) }
+            return true
         }
     }
 
     /// Publishes a commit marker to each read scope that may read a prefix it marks.
     func publishCommitMarkers(_ marker: Beacon_V1_CommitMarker) {
-        guard access.policy.isEnabled else {
-            return publish(topic: access.commitTopic(scope: 0), marker)
+        publishPerScope(marker, topic: access.commitTopic) { scoped, readable in
+            scoped.marks = scoped.marks.filter { readable.covers(prefix: $0.prefix) }
+            return !scoped.marks.isEmpty
         }
+    }
+
+    /// Publishes `message` once, or with a policy once per read scope, narrowed by `narrow`
+    /// (which says whether anything is left to send to that scope).
+    private func publishPerScope<Message: SwiftProtobuf.Message>(
+        _ message: Message, topic: (Int) -> String,
+        narrow: (inout Message, PrefixSet) -> Bool
+    ) {
+        guard access.policy.isEnabled else { return publish(topic: topic(0), message) }
         for (scope, readable) in access.scopes.enumerated() {
-            var scoped = marker
-            scoped.marks = marker.marks.filter { readable.covers(prefix: $0.prefix) }
-            if !scoped.marks.isEmpty { publish(topic: access.commitTopic(scope: scope), scoped) }
+            var scoped = message
+            if narrow(&scoped, readable) { publish(topic: topic(scope), scoped) }
         }
     }
 }

@@ -164,7 +164,8 @@ extension BeaconServer {
             throw rejection
         }
         let limits = access.limits
-        for (index, op) in ops.enumerated() {
+        // The protocol's own limit is checked with the value's structure (WriteOp).
+        for (index, op) in ops.enumerated() where limits.maxValueBytes < WireLimits.maxValueBytes {
             if case .put(let encoded, _, _, _) = op.action, encoded.count > limits.maxValueBytes {
                 throw WriteRejection(error: .with {
                     $0.code = .valueTooLarge

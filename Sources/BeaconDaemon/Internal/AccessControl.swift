@@ -25,6 +25,12 @@ struct AccessControl {
         self.limits = limits
     }
 
+    /// Whether requests need their sender's identity: for rules, or for a limit counted per peer.
+    /// Without either, the request path skips looking it up.
+    var needsPeerIdentity: Bool {
+        policy.isEnabled || limits.writesPerSecond > 0 || limits.keysPerPeer > 0
+    }
+
     /// Rights with nothing in them.
     static let none = AccessRights(read: .nothing, write: .nothing)
 
@@ -84,7 +90,8 @@ struct AccessControl {
         if topic.first == UInt8(ascii: "!") {
             guard policy.isEnabled else { return [topic] }
             guard !rights.read.isEmpty else { return nil }
-            return [Array(heartbeatTopic(scope: scope(of: rights.read)).utf8), Array(commitTopic(scope: scope(of: rights.read)).utf8)]
+            let scope = scope(of: rights.read)
+            return [Array(heartbeatTopic(scope: scope).utf8), Array(commitTopic(scope: scope).utf8)]
         }
         guard let prefix = String(validating: topic, as: UTF8.self), KeyPath.problem(prefix: prefix) == nil,
               rights.read.covers(prefix: prefix)
