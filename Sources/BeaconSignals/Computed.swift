@@ -8,7 +8,9 @@ public final class Computed<Value>: Signal<Value> {
     @exclusivity(unchecked) @usableFromInline var cached: Value?
     /// Runs the user's closure, compares with `cached` and stores; returns whether it changed.
     /// Built where the computed is created, so it is specialised for `Value`.
-    @exclusivity(unchecked) @usableFromInline var compute: ((Computed<Value>) -> Bool)?
+    /// Not optional: reading an optional closure through generic code re-abstracts it, which
+    /// allocates on every evaluation.
+    @exclusivity(unchecked) @usableFromInline var compute: (Computed<Value>) -> Bool
     /// For computeds over `Result`: the value a cycle produces instead of trapping.
     @exclusivity(unchecked) @usableFromInline var cycleValue: (() -> Value)?
 
@@ -34,13 +36,12 @@ public final class Computed<Value>: Signal<Value> {
     /// `effect`, reading it tracks a dependency.
     @inlinable
     public override var value: Value {
-        unowned(unsafe) let context = ReactiveContext.current
+        let context = ReactiveContext.current
         if let cycle = bringUpToDate(context) {
             return cycle
         }
-        unowned(unsafe) let sub = context.activeSub
-        if sub != nil {
-            context.track(self, by: sub.unsafelyUnwrapped)
+        if let sub = context.activeSub {
+            context.track(node, by: sub)
         }
         return cached.unsafelyUnwrapped
     }
@@ -54,29 +55,30 @@ public final class Computed<Value>: Signal<Value> {
     /// Recomputes if needed; returns the cycle value when a fallible computed reads itself.
     @inlinable @inline(__always)
     func bringUpToDate(_ context: ReactiveContext) -> Value? {
-        if !context.isUpToDate(self) {
+        if !context.isUpToDate(node) {
             if flags & NodeFlags.computing != 0, let cycleValue {
                 return cycleValue()
             }
-            context.refresh(self)
+            context.refresh(node)
         }
         return nil
     }
 
     @usableFromInline
     override func reevaluate(_ context: ReactiveContext) -> Bool {
-        unowned(unsafe) let previousSub = context.activeSub
-        unowned(unsafe) let previousOwner = context.owner
-        context.activeSub = self
-        context.owner = nil
-        context.beginTracking(self)
-        let changed = compute.unsafelyUnwrapped(self)
-        context.endTracking(self)
+        let node = self.node
+        let previousSub = context.activeSub
+        let previousOwner = context.pointee.owner
+        context.activeSub = node
+        context.pointee.owner = nil
+        context.beginTracking(node)
+        let changed = compute(self)
+        context.endTracking(node)
         context.activeSub = previousSub
-        context.owner = previousOwner
-        flags |= NodeFlags.evaluated
+        context.pointee.owner = previousOwner
+        node.flags |= NodeFlags.evaluated
         if changed {
-            version &+= 1
+            node.version &+= 1
         }
         return changed
     }
@@ -84,10 +86,8 @@ public final class Computed<Value>: Signal<Value> {
     deinit {
         // The closure may hold the previous link of a long chain: hand the only reference to
         // the release loop so that freeing a chain never recurses.
-        if let compute {
-            self.compute = nil
-            ReactiveContext.current.dropLater(compute)
-        }
+        ReactiveContext.current.dropLater(compute)
+        compute = { _ in false }
     }
 }
 

@@ -45,19 +45,19 @@ public final class Effect: ReactiveNode, Disposable {
         }
         withExtendedLifetime(self) {
             scope.clear()
-            unowned(unsafe) let previousSub = context.activeSub
-            unowned(unsafe) let previousOwner = context.owner
-            context.activeSub = self
-            context.owner = scope
-            context.beginTracking(self)
+            let previousSub = context.activeSub
+            let previousOwner = context.pointee.owner
+            context.activeSub = node
+            context.pointee.owner = Unmanaged.passUnretained(scope)
+            context.beginTracking(node)
             do {
                 try body()
             } catch {
                 report(error)
             }
-            context.endTracking(self)
+            context.endTracking(node)
             context.activeSub = previousSub
-            context.owner = previousOwner
+            context.pointee.owner = previousOwner
             flags |= NodeFlags.evaluated
         }
         return true
@@ -80,7 +80,7 @@ public final class Effect: ReactiveNode, Disposable {
         flags = (flags | NodeFlags.disposed) & ~NodeFlags.stale
         withExtendedLifetime(self) {
             scope.clear()
-            ReactiveContext.current.detach(self)
+            ReactiveContext.current.detach(node)
             body = nil
         }
     }
@@ -108,7 +108,7 @@ public func effect(
     let context = ReactiveContext.current
     let node = Effect(body: body, errorHandler: onError)
     context.owner?.adopt(node)
-    _ = context.recompute(node)
+    _ = context.recompute(node.node)
     return node
 }
 

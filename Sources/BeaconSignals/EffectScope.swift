@@ -27,9 +27,9 @@ public final class EffectScope: Disposable {
     public func run<T>(_ body: () throws -> T) rethrows -> T {
         precondition(!isDisposed, "EffectScope.run after dispose")
         let context = ReactiveContext.current
-        let previous = context.owner
-        context.owner = scope
-        defer { context.owner = previous }
+        let previous = context.pointee.owner
+        context.pointee.owner = Unmanaged.passUnretained(scope)
+        defer { context.pointee.owner = previous }
         return try body()
     }
 

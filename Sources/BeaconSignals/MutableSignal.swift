@@ -21,7 +21,7 @@ public final class MutableSignal<Value>: Signal<Value> {
         storage = initialValue
         self.equals = equals
         super.init(flags: 0)
-        version = 1
+        node.version = 1
     }
 
     /// A signal whose writes of an equal value (by `==`) change nothing.
@@ -31,17 +31,16 @@ public final class MutableSignal<Value>: Signal<Value> {
         storage = initialValue
         equals = { $0 == $1 }
         super.init(flags: 0)
-        version = 1
+        node.version = 1
     }
 
     /// The current value. Reading tracks a dependency; writing notifies dependents.
     @inlinable
     public override var value: Value {
         get {
-            unowned(unsafe) let context = ReactiveContext.current
-            unowned(unsafe) let sub = context.activeSub
-            if sub != nil {
-                context.track(self, by: sub.unsafelyUnwrapped)
+            let context = ReactiveContext.current
+            if let sub = context.activeSub {
+                context.track(node, by: sub)
             }
             return storage
         }
@@ -75,11 +74,11 @@ public final class MutableSignal<Value>: Signal<Value> {
 
     @usableFromInline
     func didChange() {
-        version &+= 1
+        node.version &+= 1
         globalEpoch.wrappingAdd(1, ordering: .relaxed)
-        if firstSub != nil {
-            unowned(unsafe) let context = ReactiveContext.current
-            context.propagate(from: self)
+        if node.firstSub != nil {
+            let context = ReactiveContext.current
+            context.propagate(from: node)
             if context.batchDepth == 0 {
                 context.flush()
             }

@@ -5,30 +5,24 @@
 /// effects among them without running user code; reads and effect flushes then pull, validating
 /// dependencies by version and recomputing a node only when one of them really changed.
 ///
-/// A computed is *watched* while something subscribes to it (an effect, directly or through
-/// other computeds). Only watched nodes sit in their dependencies' subscriber lists; a computed
-/// nobody watches validates itself by versions when read and can be freed as soon as its last
-/// user lets go of it.
+/// The graph bookkeeping lives in a record outside the object (see `NodeState`), so that the
+/// algorithms walk it without reference counting; the object owns the record and frees it when
+/// it goes.
 open class ReactiveNode {
-    @exclusivity(unchecked) @usableFromInline final var flags: UInt32
-    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstDep: Link?
-    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var firstSub: Link?
-    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastSub: Link?
-    /// During an evaluation: the last dependency link confirmed by a read.
-    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var trackCursor: Link?
-    /// Bumped at the start of every evaluation; with `lastReader`, de-duplicates repeated reads.
-    @exclusivity(unchecked) @usableFromInline final var trackRun: UInt64 = 0
-    /// The node whose evaluation read this node last, and that evaluation's `trackRun`.
-    @exclusivity(unchecked) @usableFromInline final unowned(unsafe) var lastReader: ReactiveNode?
-    @exclusivity(unchecked) @usableFromInline final var lastReaderRun: UInt64 = 0
-    /// Increases whenever this node's value changes.
-    @exclusivity(unchecked) @usableFromInline final var version: UInt64 = 0
-    /// The global write epoch at which this node was last known to be up to date.
-    @exclusivity(unchecked) @usableFromInline final var verifiedEpoch: UInt64 = 0
+    /// This node's record in the graph.
+    @usableFromInline final let node: NodeRef
 
     @usableFromInline
     init(flags: UInt32) {
-        self.flags = flags
+        node = NodeRef.allocate(capacity: 1)
+        node.initialize(to: NodeState(flags: flags))
+        node.pointee.object = Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    /// The node's state bits (`NodeFlags`).
+    @inlinable final var flags: UInt32 {
+        @inline(__always) get { node.pointee.flags }
+        @inline(__always) set { node.pointee.flags = newValue }
     }
 
     /// Brings the node up to date after a dependency changed: a computed re-evaluates and returns
@@ -39,11 +33,13 @@ open class ReactiveNode {
     }
 
     deinit {
-        ReactiveContext.current.detach(self)
+        ReactiveContext.current.detach(node)
+        node.deinitialize(count: 1)
+        node.deallocate()
     }
 }
 
-/// Bits of `ReactiveNode.flags`.
+/// Bits of `NodeState.flags`.
 @usableFromInline
 enum NodeFlags {
     /// A computed signal: has dependencies and a cached value.

@@ -71,7 +71,7 @@ struct EffectTests {
         #expect(weakEffect == nil)
         source.value = 2
         #expect(runs == 2)
-        #expect(source.firstSub == nil)
+        #expect(source.node.firstSub == nil)
     }
 
     @Test("Nothing leaks: signals, computeds and effects are freed after dispose")

@@ -112,11 +112,11 @@ struct PropagationTests {
             let c = computed { source.value + 1 }
             weakComputed = c
             #expect(c.value == 2)
-            #expect(source.firstSub == nil)
+            #expect(source.node.firstSub == nil)
             let watcher = effect { _ = c.value }
-            #expect(source.firstSub != nil)
+            #expect(source.node.firstSub != nil)
             watcher.dispose()
-            #expect(source.firstSub == nil)
+            #expect(source.node.firstSub == nil)
             source.value = 5
             #expect(c.value == 6)
         }
@@ -174,7 +174,7 @@ struct PropagationTests {
         }
         let watcher = effect { _ = sum.value }
         var links = 0
-        var link = sum.firstDep
+        var link = sum.node.firstDep
         while let current = link { links += 1; link = current.nextDep }
         #expect(links == 1)
         head.value = 2

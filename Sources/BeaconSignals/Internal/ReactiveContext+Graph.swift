@@ -1,31 +1,31 @@
-extension ReactiveContext {
+extension UnsafeMutablePointer where Pointee == ContextState {
     // MARK: Tracking
 
     /// Records that the running evaluation of `sub` read `dep`.
     @inlinable @inline(__always)
-    func track(_ dep: ReactiveNode, by sub: ReactiveNode) {
-        unowned(unsafe) let cursor = sub.trackCursor
-        unowned(unsafe) let next = cursor == nil ? sub.firstDep : cursor.unsafelyUnwrapped.nextDep
-        if next != nil && next.unsafelyUnwrapped.dep === dep {
-            unowned(unsafe) let next = next.unsafelyUnwrapped
+    func track(_ dep: NodeRef, by sub: NodeRef) {
+        let cursor = sub.trackCursor
+        let next = cursor == nil ? sub.firstDep : cursor.unsafelyUnwrapped.nextDep
+        if next != nil && next.unsafelyUnwrapped.dep == dep {
+            let next = next.unsafelyUnwrapped
             next.depVersion = dep.version
             sub.trackCursor = next
             dep.lastReader = sub
             dep.lastReaderRun = sub.trackRun
             return
         }
-        if dep.lastReader === sub && dep.lastReaderRun == sub.trackRun {
+        if dep.lastReader == sub && dep.lastReaderRun == sub.trackRun {
             return
         }
         insertLink(dep, sub, after: cursor, before: next)
     }
 
     @usableFromInline
-    func insertLink(_ dep: ReactiveNode, _ sub: ReactiveNode, after cursor: Link?, before next: Link?) {
+    func insertLink(_ dep: NodeRef, _ sub: NodeRef, after cursor: LinkRef?, before next: LinkRef?) {
         dep.lastReader = sub
         dep.lastReaderRun = sub.trackRun
-        let link = Link.make(dep: dep, sub: sub, depVersion: dep.version)
-        _ = Unmanaged.passUnretained(dep).retain()
+        let link = makeLink(dep: dep, sub: sub, depVersion: dep.version)
+        _ = dep.object.retain()
         link.prevDep = cursor
         link.nextDep = next
         if let cursor {
@@ -44,14 +44,14 @@ extension ReactiveContext {
 
     /// Starts an evaluation of `node`: reads from now on re-confirm or replace its dependencies.
     @inlinable @inline(__always)
-    func beginTracking(_ node: ReactiveNode) {
+    func beginTracking(_ node: NodeRef) {
         node.trackRun &+= 1
         node.trackCursor = nil
     }
 
     /// Ends an evaluation of `node`: dependencies it did not read this time are dropped.
     @inlinable @inline(__always)
-    func endTracking(_ node: ReactiveNode) {
+    func endTracking(_ node: NodeRef) {
         let cursor = node.trackCursor
         let stale = cursor == nil ? node.firstDep : cursor.unsafelyUnwrapped.nextDep
         if stale != nil {
@@ -61,24 +61,23 @@ extension ReactiveContext {
     }
 
     @usableFromInline
-    func dropDependencies(of node: ReactiveNode, from first: Link) {
+    func dropDependencies(of node: NodeRef, from first: LinkRef) {
         if let previous = first.prevDep {
             previous.nextDep = nil
         } else {
             node.firstDep = nil
         }
-        unowned(unsafe) var link: Link? = first
-        while link != nil {
-            unowned(unsafe) let current = link.unsafelyUnwrapped
+        var link: LinkRef? = first
+        while let current = link {
             link = current.nextDep
-            unowned(unsafe) let dep = current.dep
+            let dep = current.dep
             if current.isSubscribed {
                 unsubscribe(current)
             }
-            if dep.lastReader === node {
+            if dep.lastReader == node {
                 dep.lastReader = nil
             }
-            current.free()
+            freeLink(current)
             releaseLater(dep)
         }
         drainReleases()
@@ -87,15 +86,16 @@ extension ReactiveContext {
     // MARK: Watching
 
     @inlinable @inline(__always)
-    func isWatched(_ node: ReactiveNode) -> Bool {
+    func isWatched(_ node: NodeRef) -> Bool {
         node.firstSub != nil || node.flags & (NodeFlags.effect | NodeFlags.disposed) == NodeFlags.effect
     }
 
     /// Puts `link` into its dependency's subscriber list; a computed that gains its first
     /// subscriber starts watching its own dependencies.
-    func subscribe(_ link: Link) {
+    @usableFromInline
+    func subscribe(_ link: LinkRef) {
         var pending = link
-        var work: [Unmanaged<ReactiveNode>] = []
+        let base = pointee.subscribeStack.count
         while true {
             let dep = pending.dep
             let wasWatched = dep.firstSub != nil
@@ -114,11 +114,12 @@ extension ReactiveContext {
                 // mark it stale. (Marking it stale here would break the rule that everything
                 // downstream of a stale node is stale too, and stop propagation short.)
                 dep.flags &= ~NodeFlags.stale
-                work.append(Unmanaged.passUnretained(dep))
+                pointee.subscribeStack.append(dep)
             }
             // Continue with the next not yet subscribed link of a newly watched node.
-            var next: Link?
-            while next == nil, let node = work.last?.takeUnretainedValue() {
+            var next: LinkRef?
+            while next == nil && pointee.subscribeStack.count > base {
+                let node = pointee.subscribeStack[pointee.subscribeStack.count - 1]
                 var candidate = node.firstDep
                 while let c = candidate, c.isSubscribed {
                     candidate = c.nextDep
@@ -126,7 +127,7 @@ extension ReactiveContext {
                 if let candidate {
                     next = candidate
                 } else {
-                    work.removeLast()
+                    pointee.subscribeStack.removeLast()
                 }
             }
             guard let next else { return }
@@ -136,18 +137,19 @@ extension ReactiveContext {
 
     /// Takes `link` out of its dependency's subscriber list; a computed that loses its last
     /// subscriber stops watching its own dependencies.
-    func unsubscribe(_ link: Link) {
+    @usableFromInline
+    func unsubscribe(_ link: LinkRef) {
         removeFromSubscribers(link)
         let dep = link.dep
         if dep.firstSub == nil && dep.flags & NodeFlags.computed != 0 {
-            unwatchQueue.append(Unmanaged.passUnretained(dep))
-            if unwatchQueue.count == 1 {
+            pointee.unwatchQueue.append(dep)
+            if pointee.unwatchQueue.count == 1 {
                 drainUnwatchQueue()
             }
         }
     }
 
-    private func removeFromSubscribers(_ link: Link) {
+    private func removeFromSubscribers(_ link: LinkRef) {
         let dep = link.dep
         if let prev = link.prevSub {
             prev.nextSub = link.nextSub
@@ -166,8 +168,8 @@ extension ReactiveContext {
 
     private func drainUnwatchQueue() {
         var index = 0
-        while index < unwatchQueue.count {
-            let node = unwatchQueue[index].takeUnretainedValue()
+        while index < pointee.unwatchQueue.count {
+            let node = pointee.unwatchQueue[index]
             index += 1
             if node.firstSub != nil {
                 continue
@@ -186,12 +188,12 @@ extension ReactiveContext {
                     removeFromSubscribers(current)
                     let dep = current.dep
                     if dep.firstSub == nil && dep.flags & NodeFlags.computed != 0 {
-                        unwatchQueue.append(Unmanaged.passUnretained(dep))
+                        pointee.unwatchQueue.append(dep)
                     }
                 }
             }
         }
-        unwatchQueue.removeAll(keepingCapacity: true)
+        pointee.unwatchQueue.removeAll(keepingCapacity: true)
     }
 
     // MARK: Push
@@ -199,35 +201,35 @@ extension ReactiveContext {
     /// Marks everything downstream of `source` that is watched as possibly stale and queues the
     /// effects among them. Runs no user code.
     @usableFromInline
-    func propagate(from source: ReactiveNode) {
-        unowned(unsafe) var link = source.firstSub
-        let base = propagationStack.count
+    func propagate(from source: NodeRef) {
+        var link = source.firstSub
+        let base = pointee.propagationStack.count
         while true {
-            while link != nil {
-                unowned(unsafe) let current = link.unsafelyUnwrapped
-                unowned(unsafe) let sub = current.sub
+            while let current = link {
+                let sub = current.sub
                 let flags = sub.flags
                 if flags & NodeFlags.stale == 0 {
                     sub.flags = flags | NodeFlags.stale
                     if flags & NodeFlags.effect != 0 {
                         if flags & NodeFlags.queued == 0 {
                             sub.flags |= NodeFlags.queued
-                            queuedEffects.append(Unmanaged.passRetained(unsafeDowncast(sub, to: Effect.self)))
+                            _ = sub.object.retain()
+                            pointee.queuedEffects.append(sub)
                         }
-                    } else if sub.firstSub != nil {
-                        if current.nextSub != nil {
-                            propagationStack.append(Unmanaged.passUnretained(current.nextSub.unsafelyUnwrapped))
+                    } else if let firstSub = sub.firstSub {
+                        if let nextSub = current.nextSub {
+                            pointee.propagationStack.append(nextSub)
                         }
-                        link = sub.firstSub
+                        link = firstSub
                         continue
                     }
                 }
                 link = current.nextSub
             }
-            if propagationStack.count == base {
+            if pointee.propagationStack.count == base {
                 return
             }
-            link = propagationStack.removeLast().takeUnretainedValue()
+            link = pointee.propagationStack.removeLast()
         }
     }
 
@@ -235,7 +237,7 @@ extension ReactiveContext {
 
     /// Whether `node` (a computed or effect) is certainly up to date.
     @inlinable @inline(__always)
-    func isUpToDate(_ node: ReactiveNode) -> Bool {
+    func isUpToDate(_ node: NodeRef) -> Bool {
         let flags = node.flags
         if flags & NodeFlags.evaluated == 0 {
             return false
@@ -249,7 +251,7 @@ extension ReactiveContext {
     /// Brings `root` (a computed or an effect) up to date, recomputing it and whatever it depends
     /// on only where a dependency's value really changed. Iterative: deep graphs use no stack.
     @usableFromInline
-    func refresh(_ root: ReactiveNode) {
+    func refresh(_ root: NodeRef) {
         if isUpToDate(root) {
             return
         }
@@ -260,19 +262,18 @@ extension ReactiveContext {
             evaluate(root)
             return
         }
-        let base = validationStack.count
-        unowned(unsafe) var node = root
-        unowned(unsafe) var link = node.firstDep
+        let base = pointee.validationStack.count
+        var node = root
+        var link = node.firstDep
         while true {
-            if link != nil {
-                unowned(unsafe) let current = link.unsafelyUnwrapped
-                unowned(unsafe) let dep = current.dep
+            if let current = link {
+                let dep = current.dep
                 if dep.flags & NodeFlags.hasDependencies != 0 && !isUpToDate(dep) {
                     if dep.flags & NodeFlags.computing != 0 {
                         cycleDetected()
                     }
                     if dep.flags & NodeFlags.evaluated != 0 {
-                        validationStack.append(Unmanaged.passUnretained(current))
+                        pointee.validationStack.append(current)
                         node = dep
                         link = dep.firstDep
                         continue
@@ -288,30 +289,31 @@ extension ReactiveContext {
                 markClean(node)
             }
             // `node` is up to date: go back to the link that led to it.
-            if validationStack.count == base {
+            if pointee.validationStack.count == base {
                 return
             }
-            unowned(unsafe) let parent = validationStack.removeLast().takeUnretainedValue()
+            let parent = pointee.validationStack.removeLast()
             node = parent.sub
             link = parent
         }
     }
 
     @inlinable @inline(__always)
-    func markClean(_ node: ReactiveNode) {
+    func markClean(_ node: NodeRef) {
         node.flags &= ~NodeFlags.stale
         node.verifiedEpoch = epoch
     }
 
-    /// Runs `node.reevaluate` as the active subscriber; returns whether the value changed.
+    /// Runs the node's `reevaluate` as the active subscriber; returns whether the value changed.
     @usableFromInline
-    func recompute(_ node: ReactiveNode) -> Bool {
+    func recompute(_ node: NodeRef) -> Bool {
         // Cleared first: a write during the update marks the node stale again.
         node.flags = (node.flags & ~NodeFlags.stale) | NodeFlags.computing
         let epochBefore = epoch
         // Writes made by the node's own code run their effects after it finishes.
-        batchDepth += 1
-        let changed = node.reevaluate(self)
+        pointee.batchDepth += 1
+        // The object is alive: a reader, a subscriber's link or the effect queue holds it.
+        let changed = node.object._withUnsafeGuaranteedRef { $0.reevaluate(self) }
         node.flags &= ~NodeFlags.computing
         node.verifiedEpoch = epochBefore
         endBatch()
@@ -322,18 +324,19 @@ extension ReactiveContext {
     /// evaluation per link; when the thread's stack runs low the evaluation continues on a helper
     /// thread with a large stack while this one waits.
     @usableFromInline
-    func evaluate(_ node: ReactiveNode) {
+    func evaluate(_ node: NodeRef) {
         if node.flags & NodeFlags.computing != 0 {
             cycleDetected()
         }
-        evaluationDepth += 1
-        defer { evaluationDepth -= 1 }
-        if evaluationDepth == 1 {
-            stackBase = StackGuard.stackPosition()
+        pointee.evaluationDepth += 1
+        defer { pointee.evaluationDepth -= 1 }
+        if pointee.evaluationDepth == 1 {
+            pointee.stackBase = StackGuard.stackPosition()
         }
-        if evaluationDepth & 15 == 0 && StackGuard.isLow(base: stackBase) {
+        if pointee.evaluationDepth & 15 == 0 && StackGuard.isLow(base: pointee.stackBase) {
+            let context = self
             StackGuard.runOnLargeStack(context: self) {
-                _ = self.recompute(node)
+                _ = context.recompute(node)
             }
         } else {
             _ = recompute(node)
@@ -352,9 +355,9 @@ extension ReactiveContext {
 
     // MARK: Teardown
 
-    /// Removes a dying node from the graph: its dependency links go, and with them the retains
-    /// it held on its dependencies.
-    func detach(_ node: ReactiveNode) {
+    /// Removes a dying or disposed node from the graph: its dependency links go, and with them
+    /// the retains it held on its dependencies.
+    func detach(_ node: NodeRef) {
         let first = node.firstDep
         node.trackCursor = nil
         if let first {

@@ -17,7 +17,7 @@ let contextKey: pthread_key_t = {
     var key = pthread_key_t()
     let status = pthread_key_create(&key) { raw in
         if let raw {
-            Unmanaged<ReactiveContext>.fromOpaque(raw).release()
+            ReactiveContext.destroy(raw.assumingMemoryBound(to: ContextState.self))
         }
     }
     precondition(status == 0, "BeaconSignals: pthread_key_create failed (\(status))")
@@ -25,44 +25,55 @@ let contextKey: pthread_key_t = {
 }()
 
 /// The transient state of reactive work on one thread: the node being evaluated, batch depth,
-/// the effect queue and scratch stacks.
+/// the effect queue, scratch stacks and a free list of links.
 ///
 /// All of it lives only for the duration of a synchronous call (a read, a write, a batch), and a
 /// synchronous call never changes threads; so keeping it per thread is correct even for actors
 /// whose jobs hop between threads. Nodes themselves are not `Sendable`, which confines each
 /// graph to one isolation domain at compile time.
 @usableFromInline
-final class ReactiveContext {
+struct ContextState {
     /// The computed or effect whose evaluation is running; reads link to it.
-    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var activeSub: ReactiveNode?
-    /// The scope that adopts effects created now.
-    /// Not retained: an owner is kept alive by its effect or `EffectScope` while it runs.
-    @exclusivity(unchecked) unowned(unsafe) var owner: OwnerScope?
-    @exclusivity(unchecked) @usableFromInline var batchDepth = 0
-    @exclusivity(unchecked) var isFlushing = false
-    @exclusivity(unchecked) var flushCount: UInt64 = 0
-    /// Effects to run at the end of the outermost write or batch.
-    @exclusivity(unchecked) var queuedEffects: [Unmanaged<Effect>] = []
+    @usableFromInline var activeSub: NodeRef?
+    /// The scope that adopts effects created now. Not retained: an owner is kept alive by its
+    /// effect or `EffectScope` while it runs.
+    var owner: Unmanaged<OwnerScope>?
+    @usableFromInline var batchDepth = 0
+    var isFlushing = false
+    var flushCount: UInt64 = 0
+    /// Effects to run at the end of the outermost write or batch; each holds a retain.
+    var queuedEffects: [NodeRef] = []
     /// Scratch stack for validation.
-    @exclusivity(unchecked) var validationStack: [Unmanaged<Link>] = []
+    var validationStack: [LinkRef] = []
     /// Scratch stack for propagation.
-    @exclusivity(unchecked) var propagationStack: [Unmanaged<Link>] = []
+    var propagationStack: [LinkRef] = []
+    /// Scratch stack for subscribing newly watched computeds.
+    var subscribeStack: [NodeRef] = []
     /// Nodes that stopped being watched and must unsubscribe from their own dependencies.
-    @exclusivity(unchecked) var unwatchQueue: [Unmanaged<ReactiveNode>] = []
-    /// Nodes whose release is deferred so that freeing a long chain never recurses deeply.
-    @exclusivity(unchecked) var releaseQueue: [Unmanaged<ReactiveNode>] = []
-    @exclusivity(unchecked) var isReleasing = false
-    @exclusivity(unchecked) var deferredDrops: [Any] = []
+    var unwatchQueue: [NodeRef] = []
+    /// Objects whose release is deferred so that freeing a long chain never recurses deeply.
+    var releaseQueue: [UnsafeMutableRawPointer] = []
+    var isReleasing = false
+    var deferredDrops: [Any] = []
+    /// Recycled link records, chained through `nextDep`.
+    var freeLinks: LinkRef?
     /// Depth of nested first evaluations, for the stack guard.
-    @exclusivity(unchecked) var evaluationDepth = 0
+    var evaluationDepth = 0
     /// Stack position at the outermost evaluation.
-    @exclusivity(unchecked) var stackBase: UInt = 0
+    var stackBase: UInt = 0
+}
 
+/// The current thread's `ContextState`. Its members forward to the record, so that call sites
+/// read like method calls on an object, without the reference counting of one.
+@usableFromInline
+typealias ReactiveContext = UnsafeMutablePointer<ContextState>
+
+extension UnsafeMutablePointer where Pointee == ContextState {
     @inlinable
     static var current: ReactiveContext {
         @inline(__always) get {
             if let raw = pthread_getspecific(contextKey) {
-                return Unmanaged<ReactiveContext>.fromOpaque(raw).takeUnretainedValue()
+                return raw.assumingMemoryBound(to: ContextState.self)
             }
             return makeCurrent()
         }
@@ -70,19 +81,49 @@ final class ReactiveContext {
 
     @usableFromInline @inline(never)
     static func makeCurrent() -> ReactiveContext {
-        let context = ReactiveContext()
-        context.install()
+        let context = ReactiveContext.allocate(capacity: 1)
+        context.initialize(to: ContextState())
+        pthread_setspecific(contextKey, UnsafeRawPointer(context))
         return context
     }
 
-    /// Makes this context the current thread's (the stack guard runs evaluation on a helper
-    /// thread with the caller's context while the caller waits).
-    func install() {
-        let previous = pthread_getspecific(contextKey)
-        pthread_setspecific(contextKey, Unmanaged.passRetained(self).toOpaque())
-        if let previous {
-            Unmanaged<ReactiveContext>.fromOpaque(previous).release()
+    /// Frees a thread's context when the thread ends.
+    static func destroy(_ context: ReactiveContext) {
+        var link = context.pointee.freeLinks
+        while let current = link {
+            link = current.pointee.nextDep
+            current.deallocate()
         }
+        context.deinitialize(count: 1)
+        context.deallocate()
+    }
+
+    /// Makes this context the current thread's for a while (the stack guard runs evaluation on a
+    /// helper thread with the caller's context while the caller waits). `uninstall()` undoes it
+    /// before the thread ends, so that the thread's end does not free the context.
+    func install() {
+        pthread_setspecific(contextKey, UnsafeRawPointer(self))
+    }
+
+    func uninstall() {
+        pthread_setspecific(contextKey, nil)
+    }
+
+    @inlinable
+    var activeSub: NodeRef? {
+        @inline(__always) get { pointee.activeSub }
+        @inline(__always) nonmutating set { pointee.activeSub = newValue }
+    }
+
+    @inlinable
+    var batchDepth: Int {
+        @inline(__always) get { pointee.batchDepth }
+        @inline(__always) nonmutating set { pointee.batchDepth = newValue }
+    }
+
+    /// The scope that adopts effects created now.
+    var owner: OwnerScope? {
+        pointee.owner?.takeUnretainedValue()
     }
 
     @usableFromInline
@@ -90,12 +131,34 @@ final class ReactiveContext {
         @inline(__always) get { globalEpoch.load(ordering: .relaxed) }
     }
 
+    // MARK: Links
+
+    /// A link record, recycled when one is free.
+    @inline(__always)
+    func makeLink(dep: NodeRef, sub: NodeRef, depVersion: UInt64) -> LinkRef {
+        let link: LinkRef
+        if let free = pointee.freeLinks {
+            pointee.freeLinks = free.pointee.nextDep
+            link = free
+        } else {
+            link = LinkRef.allocate(capacity: 1)
+        }
+        link.initialize(to: LinkState(dep: dep, sub: sub, depVersion: depVersion))
+        return link
+    }
+
+    @inline(__always)
+    func freeLink(_ link: LinkRef) {
+        link.pointee.nextDep = pointee.freeLinks
+        pointee.freeLinks = link
+    }
+
     // MARK: Batching and effects
 
     @usableFromInline
     func endBatch() {
-        batchDepth -= 1
-        if batchDepth == 0 {
+        pointee.batchDepth -= 1
+        if pointee.batchDepth == 0 {
             flush()
         }
     }
@@ -104,57 +167,77 @@ final class ReactiveContext {
     /// they run in the same flush.
     @usableFromInline
     func flush() {
-        if isFlushing || batchDepth > 0 || queuedEffects.isEmpty {
+        if pointee.isFlushing || pointee.batchDepth > 0 || pointee.queuedEffects.isEmpty {
             return
         }
-        isFlushing = true
-        flushCount &+= 1
+        pointee.isFlushing = true
+        pointee.flushCount &+= 1
         var index = 0
-        while index < queuedEffects.count {
+        while index < pointee.queuedEffects.count {
             // The queue holds a retain on each effect, so that disposing it meanwhile is safe.
-            let queued = queuedEffects[index]
+            let effect = pointee.queuedEffects[index]
             index += 1
-            unowned(unsafe) let effect = queued.takeUnretainedValue()
             effect.flags &= ~NodeFlags.queued
             if effect.flags & NodeFlags.disposed == 0 && effect.flags & NodeFlags.stale != 0 {
                 refresh(effect)
             }
-            queued.release()
+            effect.object.release()
         }
-        queuedEffects.removeAll(keepingCapacity: queuedEffects.count < 4096)
-        isFlushing = false
+        let keep = pointee.queuedEffects.count < 4096
+        pointee.queuedEffects.removeAll(keepingCapacity: keep)
+        pointee.isFlushing = false
     }
+
+    var isFlushing: Bool { pointee.isFlushing }
+    var flushCount: UInt64 { pointee.flushCount }
 
     // MARK: Deferred release
 
-    /// Queues the release of a retain on `node` taken by a link. `drainReleases()` performs it,
-    /// from a loop rather than from inside a deinit, so freeing a long chain never recurses.
-    func releaseLater(_ node: ReactiveNode) {
-        releaseQueue.append(Unmanaged.passUnretained(node))
+    /// Queues the release of a retain on `node`'s object taken by a link. `drainReleases()`
+    /// performs it, from a loop rather than from inside a deinit, so freeing a long chain never
+    /// recurses.
+    @usableFromInline
+    func releaseLater(_ node: NodeRef) {
+        pointee.releaseQueue.append(node.pointee.object.unsafelyUnwrapped)
     }
 
     /// Queues `value` (a closure and what it captures) to be dropped by `drainReleases()`.
     /// The caller must hold no other reference once the drain runs.
     func dropLater(_ value: Any) {
-        deferredDrops.append(value)
+        pointee.deferredDrops.append(value)
     }
 
     /// Performs queued releases; nested calls (from deinits it triggers) return at once and
     /// leave the work to the outermost loop.
+    @usableFromInline
     func drainReleases() {
-        if isReleasing {
+        if pointee.isReleasing {
             return
         }
-        isReleasing = true
+        pointee.isReleasing = true
         while true {
-            if let object = releaseQueue.popLast() {
-                object.release()
-            } else if !deferredDrops.isEmpty {
-                _ = deferredDrops.popLast()
+            if let object = pointee.releaseQueue.popLast() {
+                Unmanaged<ReactiveNode>.fromOpaque(object).release()
+            } else if !pointee.deferredDrops.isEmpty {
+                // Taken out of the context before they are destroyed: their deinits queue more
+                // releases and drops, into the context's (now empty) queues.
+                destroy(takeDeferredDrops())
             } else {
                 break
             }
         }
-        isReleasing = false
+        pointee.isReleasing = false
+    }
+
+    @inline(never)
+    private func takeDeferredDrops() -> [Any] {
+        var taken: [Any] = []
+        swap(&taken, &pointee.deferredDrops)
+        return taken
+    }
+
+    @inline(never)
+    private func destroy(_ values: consuming [Any]) {
+        _ = consume values
     }
 }

@@ -56,10 +56,11 @@ enum StackGuard {
         let status = pthread_create(&thread, &attributes, { raw in
             let job = Unmanaged<Job>.fromOpaque(raw!).takeRetainedValue()
             job.context.install()
-            let savedBase = job.context.stackBase
-            job.context.stackBase = StackGuard.stackPosition()
+            let savedBase = job.context.pointee.stackBase
+            job.context.pointee.stackBase = StackGuard.stackPosition()
             job.body()
-            job.context.stackBase = savedBase
+            job.context.pointee.stackBase = savedBase
+            job.context.uninstall()
             return nil
         }, job.toOpaque())
         guard status == 0 else {

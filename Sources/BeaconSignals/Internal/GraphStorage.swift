@@ -1,0 +1,155 @@
+/// The graph's own memory: node and link records in manually managed storage.
+///
+/// The hot paths (tracking a read, marking dependents stale, validating before a read) walk
+/// these records through plain pointers, so they do no reference counting at all. Each record
+/// points back at nothing that keeps it alive: a `ReactiveNode` object owns its `NodeState`
+/// and frees it in `deinit`; links are owned by the graph and recycled through the context's
+/// free list.
+
+/// A node of the graph, as the algorithms see it.
+@usableFromInline
+typealias NodeRef = UnsafeMutablePointer<NodeState>
+
+/// A dependency edge of the graph.
+@usableFromInline
+typealias LinkRef = UnsafeMutablePointer<LinkState>
+
+/// The graph part of a `ReactiveNode`.
+///
+/// A computed is *watched* while something subscribes to it (an effect, directly or through
+/// other computeds). Only watched nodes sit in their dependencies' subscriber lists; a computed
+/// nobody watches validates itself by versions when read and can be freed as soon as its last
+/// user lets go of it.
+@usableFromInline
+struct NodeState {
+    @usableFromInline var flags: UInt32
+    @usableFromInline var firstDep: LinkRef?
+    @usableFromInline var firstSub: LinkRef?
+    @usableFromInline var lastSub: LinkRef?
+    /// During an evaluation: the last dependency link confirmed by a read.
+    @usableFromInline var trackCursor: LinkRef?
+    /// Bumped at the start of every evaluation; with `lastReader`, de-duplicates repeated reads.
+    @usableFromInline var trackRun: UInt64 = 0
+    /// The node whose evaluation read this node last, and that evaluation's `trackRun`.
+    @usableFromInline var lastReader: NodeRef?
+    @usableFromInline var lastReaderRun: UInt64 = 0
+    /// Increases whenever this node's value changes.
+    @usableFromInline var version: UInt64 = 0
+    /// The global write epoch at which this node was last known to be up to date.
+    @usableFromInline var verifiedEpoch: UInt64 = 0
+    /// The `ReactiveNode` that owns this record (not retained).
+    @usableFromInline var object: UnsafeMutableRawPointer?
+
+    @usableFromInline
+    init(flags: UInt32) {
+        self.flags = flags
+    }
+}
+
+/// One dependency edge: `sub` read `dep` during its last evaluation.
+///
+/// A link sits in two doubly linked lists at once: the dependency list of `sub` (always) and the
+/// subscriber list of `dep` (only while `sub` is watched). While it exists it holds one retain
+/// on `dep`'s object, so a computed lives as long as something depends on it; nothing holds
+/// `sub`, so the graph never forms a retain cycle.
+@usableFromInline
+struct LinkState {
+    @usableFromInline var dep: NodeRef
+    @usableFromInline var sub: NodeRef
+    @usableFromInline var prevDep: LinkRef?
+    @usableFromInline var nextDep: LinkRef?
+    @usableFromInline var prevSub: LinkRef?
+    @usableFromInline var nextSub: LinkRef?
+    /// `dep.version` when `sub` last read it.
+    @usableFromInline var depVersion: UInt64
+    /// Whether the link is in `dep`'s subscriber list.
+    @usableFromInline var isSubscribed = false
+
+    @usableFromInline
+    init(dep: NodeRef, sub: NodeRef, depVersion: UInt64) {
+        self.dep = dep
+        self.sub = sub
+        self.depVersion = depVersion
+    }
+}
+
+extension UnsafeMutablePointer where Pointee == NodeState {
+    @inlinable var flags: UInt32 {
+        @inline(__always) get { pointee.flags }
+        @inline(__always) nonmutating set { pointee.flags = newValue }
+    }
+    @inlinable var firstDep: LinkRef? {
+        @inline(__always) get { pointee.firstDep }
+        @inline(__always) nonmutating set { pointee.firstDep = newValue }
+    }
+    @inlinable var firstSub: LinkRef? {
+        @inline(__always) get { pointee.firstSub }
+        @inline(__always) nonmutating set { pointee.firstSub = newValue }
+    }
+    @inlinable var lastSub: LinkRef? {
+        @inline(__always) get { pointee.lastSub }
+        @inline(__always) nonmutating set { pointee.lastSub = newValue }
+    }
+    @inlinable var trackCursor: LinkRef? {
+        @inline(__always) get { pointee.trackCursor }
+        @inline(__always) nonmutating set { pointee.trackCursor = newValue }
+    }
+    @inlinable var trackRun: UInt64 {
+        @inline(__always) get { pointee.trackRun }
+        @inline(__always) nonmutating set { pointee.trackRun = newValue }
+    }
+    @inlinable var lastReader: NodeRef? {
+        @inline(__always) get { pointee.lastReader }
+        @inline(__always) nonmutating set { pointee.lastReader = newValue }
+    }
+    @inlinable var lastReaderRun: UInt64 {
+        @inline(__always) get { pointee.lastReaderRun }
+        @inline(__always) nonmutating set { pointee.lastReaderRun = newValue }
+    }
+    @inlinable var version: UInt64 {
+        @inline(__always) get { pointee.version }
+        @inline(__always) nonmutating set { pointee.version = newValue }
+    }
+    @inlinable var verifiedEpoch: UInt64 {
+        @inline(__always) get { pointee.verifiedEpoch }
+        @inline(__always) nonmutating set { pointee.verifiedEpoch = newValue }
+    }
+
+    /// The owning object, unretained.
+    @inlinable var object: Unmanaged<ReactiveNode> {
+        @inline(__always) get { Unmanaged.fromOpaque(pointee.object.unsafelyUnwrapped) }
+    }
+}
+
+extension UnsafeMutablePointer where Pointee == LinkState {
+    @inlinable var dep: NodeRef {
+        @inline(__always) get { pointee.dep }
+    }
+    @inlinable var sub: NodeRef {
+        @inline(__always) get { pointee.sub }
+    }
+    @inlinable var prevDep: LinkRef? {
+        @inline(__always) get { pointee.prevDep }
+        @inline(__always) nonmutating set { pointee.prevDep = newValue }
+    }
+    @inlinable var nextDep: LinkRef? {
+        @inline(__always) get { pointee.nextDep }
+        @inline(__always) nonmutating set { pointee.nextDep = newValue }
+    }
+    @inlinable var prevSub: LinkRef? {
+        @inline(__always) get { pointee.prevSub }
+        @inline(__always) nonmutating set { pointee.prevSub = newValue }
+    }
+    @inlinable var nextSub: LinkRef? {
+        @inline(__always) get { pointee.nextSub }
+        @inline(__always) nonmutating set { pointee.nextSub = newValue }
+    }
+    @inlinable var depVersion: UInt64 {
+        @inline(__always) get { pointee.depVersion }
+        @inline(__always) nonmutating set { pointee.depVersion = newValue }
+    }
+    @inlinable var isSubscribed: Bool {
+        @inline(__always) get { pointee.isSubscribed }
+        @inline(__always) nonmutating set { pointee.isSubscribed = newValue }
+    }
+}
