@@ -1,88 +1,94 @@
-import BeaconSignals
-
-// molBench and cellx from js-reactivity-benchmark, on BeaconSignals.
+// molBench and cellx from js-reactivity-benchmark.
 
 @inline(never)
 func fib(_ n: Int) -> Int {
     n < 2 ? 1 : fib(n - 1) + fib(n - 2)
 }
 
-func hard(_ n: Int) -> Int {
-    n + fib(16)
+func hard(_ n: Double) -> Double {
+    n + Double(fib(16))
+}
+
+/// JavaScript's `%` on numbers.
+@inline(__always)
+func jsRemainder(_ x: Double, _ y: Double) -> Double {
+    x.truncatingRemainder(dividingBy: y)
 }
 
 /// molBench: a small graph with expensive nodes, two batches per iteration.
-func molBench() -> (() -> Void, [Effect]) {
-    let numbers = Array(0..<5)
-    var results: [Int] = []
-    let a = MutableSignal(0)
-    let b = MutableSignal(0)
-    let c = computed { a.value % 2 + b.value % 2 }
+func molBench<F: BenchFramework>(_ f: F) -> () -> Void {
+    let numbers = (0..<5).map(Double.init)
+    let results = Counter()
+    let a = f.signal(0)
+    let b = f.signal(0)
+    let c = f.computed { jsRemainder(f.read(a), 2) + jsRemainder(f.read(b), 2) }
     // Like the JS original, a new array of objects every time: no equality cut-off.
-    let d = computed(equals: { (_: [Int], _: [Int]) in false }) {
-        numbers.map { $0 + a.value % 2 - b.value % 2 }
+    let d = f.computedArray { numbers.map { $0 + jsRemainder(f.read(a), 2) - jsRemainder(f.read(b), 2) } }
+    let e = f.computed { hard(f.read(c) + f.read(a) + f.read(d)[0]) }
+    let ff = f.computed { hard(f.read(d)[2] != 0 ? f.read(d)[2] : f.read(b)) }
+    let g = f.computed {
+        f.read(c) + (f.read(c) != 0 ? f.read(c) : jsRemainder(f.read(e), 2)) + f.read(d)[4] + f.read(ff)
     }
-    let e = computed { hard(c.value + a.value + d.value[0]) }
-    let f = computed { hard(d.value[2] != 0 ? d.value[2] : b.value) }
-    let g = computed { c.value + (c.value != 0 ? c.value : e.value % 2) + d.value[4] + f.value }
-    let effects = [
-        effect { results.append(hard(g.value)) },
-        effect { results.append(g.value) },
-        effect { results.append(hard(f.value)) },
-    ]
-    var i = 0
-    return ({
+    f.effect { blackHole(hard(f.read(g))); results.count += 1 }
+    f.effect { blackHole(f.read(g)); results.count += 1 }
+    f.effect { blackHole(hard(f.read(ff))); results.count += 1 }
+    var i = 0.0
+    return {
         i += 1
-        results.removeAll(keepingCapacity: true)
-        batch {
-            b.value = 1
-            a.value = 1 + i * 2
+        results.count = 0
+        f.batch {
+            f.write(b, 1)
+            f.write(a, 1 + i * 2)
         }
-        batch {
-            a.value = 2 + i * 2
-            b.value = 2
+        f.batch {
+            f.write(a, 2 + i * 2)
+            f.write(b, 2)
         }
         // The JS case checks nothing; here at least the effects must have run.
-        check(!results.isEmpty, "molBench: no effect ran")
-    }, effects)
+        check(results.count > 0, "molBench: no effect ran")
+    }
 }
 
 /// cellx: `layers` layers of four computeds each, every one watched by an effect; returns the
 /// time to read the last layer, batch-write the first and read the last layer again.
-func cellx(layers: Int) -> (ms: Double, before: [Int], after: [Int]) {
-    let start = (MutableSignal(1), MutableSignal(2), MutableSignal(3), MutableSignal(4))
-    var effects: [Effect] = []
-    effects.reserveCapacity(layers * 4)
-    var layer: (Signal<Int>, Signal<Int>, Signal<Int>, Signal<Int>) = (start.0, start.1, start.2, start.3)
-    for _ in 0..<layers {
+func cellx<F: BenchFramework>(_ f: F, layers: Int) -> (ms: Double, before: [Double], after: [Double]) {
+    let start = (f.signal(1), f.signal(2), f.signal(3), f.signal(4))
+    func watch(_ s: (F.Derived, F.Derived, F.Derived, F.Derived)) {
+        f.effect { blackHole(f.read(s.0)) }
+        f.effect { blackHole(f.read(s.1)) }
+        f.effect { blackHole(f.read(s.2)) }
+        f.effect { blackHole(f.read(s.3)) }
+    }
+    var layer = (
+        f.computed { f.read(start.1) },
+        f.computed { f.read(start.0) - f.read(start.2) },
+        f.computed { f.read(start.1) + f.read(start.3) },
+        f.computed { f.read(start.2) }
+    )
+    watch(layer)
+    for _ in 1..<layers {
         let m = layer
-        let s = (
-            computed { m.1.value } as Signal<Int>,
-            computed { m.0.value - m.2.value } as Signal<Int>,
-            computed { m.1.value + m.3.value } as Signal<Int>,
-            computed { m.2.value } as Signal<Int>
+        layer = (
+            f.computed { f.read(m.1) },
+            f.computed { f.read(m.0) - f.read(m.2) },
+            f.computed { f.read(m.1) + f.read(m.3) },
+            f.computed { f.read(m.2) }
         )
-        effects.append(effect { _ = s.0.value })
-        effects.append(effect { _ = s.1.value })
-        effects.append(effect { _ = s.2.value })
-        effects.append(effect { _ = s.3.value })
-        layer = s
+        watch(layer)
     }
     let end = layer
-    var before: [Int] = []
-    var after: [Int] = []
+    var before: [Double] = []
+    var after: [Double] = []
     let ms = time {
-        before = [end.0.value, end.1.value, end.2.value, end.3.value]
-        batch {
-            start.0.value = 4
-            start.1.value = 3
-            start.2.value = 2
-            start.3.value = 1
+        before = [f.read(end.0), f.read(end.1), f.read(end.2), f.read(end.3)]
+        f.batch {
+            f.write(start.0, 4)
+            f.write(start.1, 3)
+            f.write(start.2, 2)
+            f.write(start.3, 1)
         }
-        after = [end.0.value, end.1.value, end.2.value, end.3.value]
+        after = [f.read(end.0), f.read(end.1), f.read(end.2), f.read(end.3)]
     }
-    for effect in effects {
-        effect.dispose()
-    }
+    f.cleanup()
     return (ms, before, after)
 }

@@ -60,3 +60,23 @@ func busy() {
     }
     blackHole(a)
 }
+
+/// `value` with `decimals` digits after the point, right-aligned in `width` characters.
+func formatted(_ value: Double, decimals: Int, width: Int) -> String {
+    var scale = 1.0
+    for _ in 0..<decimals { scale *= 10 }
+    let scaled = (value * scale).rounded()
+    let whole = Int(scaled / scale)
+    let fraction = Int(abs(scaled).truncatingRemainder(dividingBy: scale))
+    var digits = String(fraction)
+    while digits.count < decimals { digits = "0" + digits }
+    let text = decimals > 0 ? "\(whole).\(digits)" : "\(whole)"
+    return String(repeating: " ", count: max(0, width - text.count)) + text
+}
+
+extension String {
+    /// The string padded with spaces to at least `width` characters.
+    func padding(_ width: Int) -> String {
+        self + String(repeating: " ", count: max(0, width - count))
+    }
+}

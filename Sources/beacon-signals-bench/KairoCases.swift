@@ -6,7 +6,8 @@ func broadPropagation<F: BenchFramework>(_ f: F) -> () -> Void {
     var last: F.Derived?
     let counter = Counter()
     for i in 0..<50 {
-        let current = f.computed { f.read(head) + i }
+        let offset = Double(i)
+        let current = f.computed { f.read(head) + offset }
         let current2 = f.computed { f.read(current) + 1 }
         f.effect {
             _ = f.read(current2)
@@ -19,10 +20,10 @@ func broadPropagation<F: BenchFramework>(_ f: F) -> () -> Void {
         f.batch { f.write(head, 1) }
         counter.count = 0
         for i in 0..<50 {
-            f.batch { f.write(head, i) }
-            check(f.read(tail) == i + 50, "broadPropagation: last == \(i + 50)")
+            f.batch { f.write(head, Double(i)) }
+            check(f.read(tail) == Double(i + 50), "broadPropagation: last == \(i + 50)")
         }
-        check(counter.count == 50 * 50, "broadPropagation: \(counter.count) effect runs, expected 2500")
+        check(!f.exactRunCounts || counter.count == 50 * 50, "broadPropagation: \(counter.count) effect runs, expected 2500")
     }
 }
 
@@ -46,10 +47,10 @@ func deepPropagation<F: BenchFramework>(_ f: F) -> () -> Void {
         f.batch { f.write(head, 1) }
         counter.count = 0
         for i in 0..<iterations {
-            f.batch { f.write(head, i) }
-            check(f.read(tail) == length + i, "deepPropagation: tail == \(length + i)")
+            f.batch { f.write(head, Double(i)) }
+            check(f.read(tail) == Double(length + i), "deepPropagation: tail == \(length + i)")
         }
-        check(counter.count == iterations, "deepPropagation: \(counter.count) effect runs, expected \(iterations)")
+        check(!f.exactRunCounts || counter.count == iterations, "deepPropagation: \(counter.count) effect runs, expected \(iterations)")
     }
 }
 
@@ -62,7 +63,7 @@ func diamond<F: BenchFramework>(_ f: F) -> () -> Void {
         current.append(f.computed { f.read(head) + 1 })
     }
     let branches = current
-    let sum = f.computed { branches.reduce(0) { $0 + f.read($1) } }
+    let sum = f.computed { branches.reduce(0.0) { $0 + f.read($1) } }
     let counter = Counter()
     f.effect {
         _ = f.read(sum)
@@ -70,13 +71,13 @@ func diamond<F: BenchFramework>(_ f: F) -> () -> Void {
     }
     return {
         f.batch { f.write(head, 1) }
-        check(f.read(sum) == 2 * width, "diamond: sum == \(2 * width)")
+        check(f.read(sum) == Double(2 * width), "diamond: sum == \(2 * width)")
         counter.count = 0
         for i in 0..<500 {
-            f.batch { f.write(head, i) }
-            check(f.read(sum) == (i + 1) * width, "diamond: sum == \((i + 1) * width)")
+            f.batch { f.write(head, Double(i)) }
+            check(f.read(sum) == Double((i + 1) * width), "diamond: sum == \((i + 1) * width)")
         }
-        check(counter.count == 500, "diamond: \(counter.count) effect runs, expected 500")
+        check(!f.exactRunCounts || counter.count == 500, "diamond: \(counter.count) effect runs, expected 500")
     }
 }
 
@@ -92,12 +93,12 @@ func mux<F: BenchFramework>(_ f: F) -> () -> Void {
     }
     return {
         for i in 0..<10 {
-            f.batch { f.write(heads[i], i) }
-            check(f.read(plusOne[i]) == i + 1, "mux: split[\(i)] == \(i + 1)")
+            f.batch { f.write(heads[i], Double(i)) }
+            check(f.read(plusOne[i]) == Double(i + 1), "mux: split[\(i)] == \(i + 1)")
         }
         for i in 0..<10 {
-            f.batch { f.write(heads[i], i * 2) }
-            check(f.read(plusOne[i]) == i * 2 + 1, "mux: split[\(i)] == \(i * 2 + 1)")
+            f.batch { f.write(heads[i], Double(i * 2)) }
+            check(f.read(plusOne[i]) == Double(i * 2 + 1), "mux: split[\(i)] == \(i * 2 + 1)")
         }
     }
 }
@@ -107,7 +108,7 @@ func repeatedObservers<F: BenchFramework>(_ f: F) -> () -> Void {
     let size = 30
     let head = f.signal(0)
     let current = f.computed {
-        var result = 0
+        var result = 0.0
         for _ in 0..<size {
             result += f.read(head)
         }
@@ -120,13 +121,13 @@ func repeatedObservers<F: BenchFramework>(_ f: F) -> () -> Void {
     }
     return {
         f.batch { f.write(head, 1) }
-        check(f.read(current) == size, "repeatedObservers: \(size)")
+        check(f.read(current) == Double(size), "repeatedObservers: \(size)")
         counter.count = 0
         for i in 0..<100 {
-            f.batch { f.write(head, i) }
-            check(f.read(current) == i * size, "repeatedObservers: \(i * size)")
+            f.batch { f.write(head, Double(i)) }
+            check(f.read(current) == Double(i * size), "repeatedObservers: \(i * size)")
         }
-        check(counter.count == 100, "repeatedObservers: \(counter.count) effect runs, expected 100")
+        check(!f.exactRunCounts || counter.count == 100, "repeatedObservers: \(counter.count) effect runs, expected 100")
     }
 }
 
@@ -142,22 +143,22 @@ func triangle<F: BenchFramework>(_ f: F) -> () -> Void {
         current = f.computed { f.read(previous) + 1 }
     }
     let list = chain
-    let sum = f.computed { list.reduce(0) { $0 + f.read($1) } }
+    let sum = f.computed { list.reduce(0.0) { $0 + f.read($1) } }
     let counter = Counter()
     f.effect {
         _ = f.read(sum)
         counter.count += 1
     }
-    let constant = (1...width).reduce(0, +)
+    let constant = Double((1...width).reduce(0, +))
     return {
         f.batch { f.write(head, 1) }
         check(f.read(sum) == constant, "triangle: sum == \(constant)")
         counter.count = 0
         for i in 0..<100 {
-            f.batch { f.write(head, i) }
-            check(f.read(sum) == constant - width + i * width, "triangle: sum")
+            f.batch { f.write(head, Double(i)) }
+            check(f.read(sum) == constant + Double(i * width - width), "triangle: sum")
         }
-        check(counter.count == 100, "triangle: \(counter.count) effect runs, expected 100")
+        check(!f.exactRunCounts || counter.count == 100, "triangle: \(counter.count) effect runs, expected 100")
     }
 }
 
@@ -167,9 +168,9 @@ func unstable<F: BenchFramework>(_ f: F) -> () -> Void {
     let double = f.computed { f.read(head) * 2 }
     let inverse = f.computed { -f.read(head) }
     let current = f.computed {
-        var result = 0
+        var result = 0.0
         for _ in 0..<20 {
-            result += f.read(head) % 2 != 0 ? f.read(double) : f.read(inverse)
+            result += Int(f.read(head)) % 2 != 0 ? f.read(double) : f.read(inverse)
         }
         return result
     }
@@ -183,10 +184,10 @@ func unstable<F: BenchFramework>(_ f: F) -> () -> Void {
         check(f.read(current) == 40, "unstable: 40")
         counter.count = 0
         for i in 0..<100 {
-            f.batch { f.write(head, i) }
-            check(f.read(current) == (i % 2 != 0 ? i * 2 * 20 : -i * 20), "unstable: value")
+            f.batch { f.write(head, Double(i)) }
+            check(f.read(current) == Double(i % 2 != 0 ? i * 2 * 20 : -i * 20), "unstable: value")
         }
-        check(counter.count == 100, "unstable: \(counter.count) effect runs, expected 100")
+        check(!f.exactRunCounts || counter.count == 100, "unstable: \(counter.count) effect runs, expected 100")
     }
 }
 
@@ -194,7 +195,7 @@ func unstable<F: BenchFramework>(_ f: F) -> () -> Void {
 func avoidablePropagation<F: BenchFramework>(_ f: F) -> () -> Void {
     let head = f.signal(0)
     let computed1 = f.computed { f.read(head) }
-    let computed2 = f.computed { _ = f.read(computed1); return 0 }
+    let computed2 = f.computed { _ = f.read(computed1); return 0.0 }
     let computed3 = f.computed { busy(); return f.read(computed2) + 1 }
     let computed4 = f.computed { f.read(computed3) + 2 }
     let computed5 = f.computed { f.read(computed4) + 3 }
@@ -209,10 +210,10 @@ func avoidablePropagation<F: BenchFramework>(_ f: F) -> () -> Void {
         check(f.read(computed5) == 6, "avoidablePropagation: 6")
         counter.count = 0
         for i in 0..<1000 {
-            f.batch { f.write(head, i) }
+            f.batch { f.write(head, Double(i)) }
             check(f.read(computed5) == 6, "avoidablePropagation: 6")
         }
-        check(counter.count == 0, "avoidablePropagation: the effect ran \(counter.count) times, expected 0")
+        check(!f.exactRunCounts || counter.count == 0, "avoidablePropagation: the effect ran \(counter.count) times, expected 0")
     }
 }
 
