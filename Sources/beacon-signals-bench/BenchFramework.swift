@@ -14,6 +14,9 @@ protocol BenchFramework: AnyObject {
     /// with an equality cut-off does. Only then do the cases check run counts; every framework
     /// must produce the right values.
     var exactRunCounts: Bool { get }
+    /// Why the framework cannot run a graph of `layers` layers whose nodes read `fanIn` nodes of
+    /// the layer before in reasonable time, if it cannot.
+    func reasonToSkip(layers: Int, fanIn: Int) -> String?
 
     func signal(_ value: Double) -> Source
     func computed(_ body: @escaping () -> Double) -> Derived
@@ -28,4 +31,8 @@ protocol BenchFramework: AnyObject {
     func batch(_ body: () -> Void)
     /// Disposes every effect created so far.
     func cleanup()
+}
+
+extension BenchFramework {
+    func reasonToSkip(layers: Int, fanIn: Int) -> String? { nil }
 }

@@ -12,6 +12,16 @@ final class CombineFramework: BenchFramework {
     let name = "OpenCombine"
     let exactRunCounts = false
 
+    func reasonToSkip(layers: Int, fanIn: Int) -> String? {
+        // Each change is pushed along every path, in subscription order rather than
+        // topological order, so a write runs a node of the last layer once per path to it.
+        var paths = 1.0
+        for _ in 1..<max(layers, 2) {
+            paths *= Double(fanIn)
+        }
+        return paths > 10_000 ? "a write re-runs the last layer once per path to it (\(fanIn)^\(layers - 1))" : nil
+    }
+
     /// A node's publisher and its current value.
     final class Node<Value> {
         let subject: CurrentValueSubject<Value, Never>

@@ -102,6 +102,10 @@ func runCases<F: BenchFramework>(_ f: F, primary: Bool) {
 
     // cellx: the sum of 10 fresh builds, each timed from the first read to the last.
     for layers in [1000, 2500] where wanted(case: "cellx\(layers)") {
+        if let reason = f.reasonToSkip(layers: layers, fanIn: 2) {
+            print("  \(f.name.padding(13)) \("cellx\(layers)".padding(28)) not run: \(reason)")
+            continue
+        }
         var total = 0.0
         for _ in 0..<(quick ? 2 : 10) {
             let (ms, before, after) = cellx(f, layers: layers)
@@ -129,6 +133,10 @@ func runCases<F: BenchFramework>(_ f: F, primary: Bool) {
     // Dynamic graphs: 3 warm-ups, then the fastest of 5, each checked against the suite's sum
     // and count of computed runs.
     for config in GraphConfig.suite where wanted(case: config.title) {
+        if let reason = f.reasonToSkip(layers: config.totalLayers, fanIn: config.nSources) {
+            print("  \(f.name.padding(13)) \(config.title.padding(28)) not run: \(reason)")
+            continue
+        }
         let graph = DynamicGraph(f, config)
         let iterations = quick ? config.iterations / 20 : config.iterations
         for _ in 0..<(quick || !primary ? 1 : 3) {
