@@ -69,8 +69,9 @@ public final class DisposeAction: Disposable {
 
 /// What an effect or scope owns: nested effects and scopes, and cleanup closures.
 final class OwnerScope {
-    private var owned: [any Disposable] = []
-    private var cleanups: [() -> Void] = []
+    // Touched only from the graph's own isolation domain, on every effect run.
+    @exclusivity(unchecked) private var owned: [any Disposable] = []
+    @exclusivity(unchecked) private var cleanups: [() -> Void] = []
 
     func adopt(_ item: any Disposable) {
         owned.append(item)
