@@ -17,6 +17,8 @@ protocol BenchFramework: AnyObject {
     /// Why the framework cannot run a graph of `layers` layers whose nodes read `fanIn` nodes of
     /// the layer before in reasonable time, if it cannot.
     func reasonToSkip(layers: Int, fanIn: Int) -> String?
+    /// Whether a computed's dependencies follow what it reads each time (not only the first).
+    var tracksDynamicDependencies: Bool { get }
 
     func signal(_ value: Double) -> Source
     func computed(_ body: @escaping () -> Double) -> Derived
@@ -35,4 +37,10 @@ protocol BenchFramework: AnyObject {
 
 extension BenchFramework {
     func reasonToSkip(layers: Int, fanIn: Int) -> String? { nil }
+    var tracksDynamicDependencies: Bool { true }
+}
+
+/// Why a case whose dependencies change cannot run on `f`, if it cannot.
+func reasonToSkipDynamic<F: BenchFramework>(_ f: F) -> String? {
+    f.tracksDynamicDependencies ? nil : "its dependencies change with its inputs; pipelines are wired once"
 }

@@ -11,6 +11,7 @@ import OpenCombine
 final class CombineFramework: BenchFramework {
     let name = "OpenCombine"
     let exactRunCounts = false
+    let tracksDynamicDependencies = false
 
     func reasonToSkip(layers: Int, fanIn: Int) -> String? {
         // Each change is pushed along every path, in subscription order rather than
