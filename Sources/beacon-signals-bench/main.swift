@@ -67,8 +67,9 @@ func record(_ name: String, _ framework: String, _ ms: Double) {
     fflush(nil)
 }
 
-/// How often a case is repeated: the reference's rules for BeaconSignals; one warm-up and the
-/// fastest of three for the slower comparison frameworks (same work per run, so the ratios hold).
+/// How often a kairo case is repeated: the reference's rule for BeaconSignals; one warm-up and
+/// the fastest of three for the slower comparison frameworks (same work per run, so the ratios
+/// hold).
 struct Repeats {
     let warmUps: Int
     let runs: Int
