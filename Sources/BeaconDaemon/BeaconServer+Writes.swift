@@ -212,7 +212,7 @@ extension BeaconServer {
         var changes: [JournalChange] = []
         changes.reserveCapacity(ops.count)
         // Later operations of a transaction see the effect of earlier ones on the same key.
-        var pending: [String: SignalStore.Entry?] = [:]
+        var pending: [String: SignalStore.Versions?] = [:]
         let isTransaction = ops.count > 1
         for (index, op) in ops.enumerated() {
             let part = UInt32(index)
@@ -223,7 +223,7 @@ extension BeaconServer {
             if let problem = op.valueProblem {
                 throw failure(problem.code, problem.message, key: key, index: index)
             }
-            let current = pending[key] ?? store.live(key)
+            let current = pending[key] ?? store.liveVersions(key)
             let version = current?.version ?? 0
             if let expected = op.ifVersion, expected != version {
                 throw failure(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", key: key, index: index, current: version)
@@ -243,9 +243,7 @@ extension BeaconServer {
                     version: version + 1, createRevision: current?.createRevision ?? revision,
                     expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: operationWriteID, session: session)
                 if isTransaction {
-                    pending[key] = .some(SignalStore.Entry(value: encoded, version: version + 1, createRevision: change.createRevision,
-                                                           modRevision: revision, expiresAtMilliseconds: expires, isDeleted: false,
-                                                           session: session))
+                    pending[key] = .some(SignalStore.Versions(version: version + 1, createRevision: change.createRevision))
                 }
                 changes.append(change)
             case .delete:
@@ -346,8 +344,8 @@ extension BeaconServer {
             for write in refused {
                 guard let envelope = write.envelope else {
                     // An expiry: try again once the journal accepts writes.
-                    if let change = write.changes.first, let entry = write.undo.replaced.first?.entry {
-                        expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: entry.modRevision))
+                    if let change = write.changes.first, let modRevision = write.undo.firstPreviousModRevision {
+                        expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: modRevision))
                     }
                     continue
                 }

@@ -246,7 +246,10 @@ public final class BeaconServer: @unchecked Sendable {
 
     private func loadState() throws(DaemonError) {
         do {
-            store = SignalStore(loading: try journal.loadState(), headRevision: journal.headRevision)
+            var loaded = SignalStore()
+            try journal.loadState { loaded.load($0) }
+            loaded.loaded(headRevision: journal.headRevision)
+            store = loaded
             publishedRevision = journal.headRevision
             for (writeID, revision) in try journal.recentWriteIDs(revisions: UInt64(Self.writeIDMemory)) {
                 remember(writeID: writeID, revision: revision)
@@ -255,7 +258,7 @@ public final class BeaconServer: @unchecked Sendable {
             throw DaemonError(.journal, error.description, underlying: error)
         }
         let now = Journal.nowMilliseconds()
-        for (key, entry) in store.entries where !entry.isDeleted {
+        store.forEachExpiringOrBound { key, entry in
             if entry.expiresAtMilliseconds > 0 {
                 expiries.insert(.init(atMilliseconds: entry.expiresAtMilliseconds, key: key, modRevision: entry.modRevision))
             }

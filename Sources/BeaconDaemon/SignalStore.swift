@@ -5,8 +5,13 @@ import BeaconJournal
 ///
 /// Writes are applied with an undo record so that a batch whose journal commit fails can be
 /// rolled back exactly.
+///
+/// Memory: each key is one ``EntryRecord`` (metadata, key, value and session in one allocation),
+/// found through an open-addressed hash index of 32-bit record numbers and kept in key order by
+/// a sorted array of the same numbers, about 100 bytes per key beyond the value
+/// (`beacon-bench scale`).
 struct SignalStore {
-    /// One key's current state. `value` is an encoded `beacon.v1.Value`.
+    /// One key's state, copied out of the store. `value` is an encoded `beacon.v1.Value`.
     struct Entry: Equatable {
         var value: [UInt8]
         var version: UInt64
@@ -16,44 +21,103 @@ struct SignalStore {
         var isDeleted: Bool
         /// The writer's session the key is bound to (empty: none).
         var session: [UInt8] = []
+
+        init(value: [UInt8], version: UInt64, createRevision: UInt64, modRevision: UInt64,
+             expiresAtMilliseconds: UInt64, isDeleted: Bool, session: [UInt8] = []) {
+            self.value = value
+            self.version = version
+            self.createRevision = createRevision
+            self.modRevision = modRevision
+            self.expiresAtMilliseconds = expiresAtMilliseconds
+            self.isDeleted = isDeleted
+            self.session = session
+        }
+
+        fileprivate init(_ record: EntryRecord) {
+            let header = record.header
+            self.init(value: record.value, version: header.version, createRevision: header.createRevision,
+                      modRevision: header.modRevision, expiresAtMilliseconds: header.expiresAtMilliseconds,
+                      isDeleted: header.isDeleted, session: record.session)
+        }
+    }
+
+    /// What a write's preconditions look at in a live entry.
+    struct Versions {
+        var version: UInt64
+        var createRevision: UInt64
     }
 
     /// What ``apply(_:)`` replaced, to put back with ``undo(_:)``.
     struct Undo {
-        var previousHead: UInt64
-        var replaced: [(key: String, entry: Entry?)]
+        fileprivate var previousHead: UInt64
+        /// Each changed record number with the record it had before (`nil`: the key was new).
+        fileprivate var replaced: [(id: UInt32, previous: EntryRecord?)]
+
+        /// The modification revision of the first changed key before the change, if it existed.
+        var firstPreviousModRevision: UInt64? { replaced.first?.previous?.header.modRevision }
     }
 
-    private(set) var entries: [String: Entry] = [:]
     private(set) var headRevision: UInt64 = 0
     private(set) var liveCount = 0
-    /// Keys in order; may hold keys since removed (skipped when scanning).
-    private var orderedKeys: [String] = []
-    /// Keys added since `orderedKeys` was last sorted.
-    private var newKeys: [String] = []
+    /// Records by number; `nil` for a number not in use.
+    private var records: [EntryRecord?] = []
+    /// Numbers whose records were removed, reusable once `ordered` no longer holds them.
+    private var removedIDs: [UInt32] = []
+    private var freeIDs: [UInt32] = []
+    private var index = KeyIndex()
+    /// Record numbers in key order; may hold numbers since removed (skipped when scanning).
+    private var ordered: [UInt32] = []
+    /// Record numbers added since `ordered` was last merged.
+    private var unordered: [UInt32] = []
 
     init() {}
 
-    /// Loads the journal's state (in key order) and head revision.
-    init(loading journalEntries: [JournalEntry], headRevision: UInt64) {
-        entries.reserveCapacity(journalEntries.count)
-        orderedKeys.reserveCapacity(journalEntries.count)
-        for item in journalEntries {
-            entries[item.key] = Entry(value: item.value, version: item.version, createRevision: item.createRevision,
-                                      modRevision: item.modRevision, expiresAtMilliseconds: item.expiresAtMilliseconds,
-                                      isDeleted: item.isDeleted, session: item.session)
-            orderedKeys.append(item.key)
+    /// Keys held, tombstones included.
+    var count: Int { index.count }
+
+    var tombstoneCount: Int { count - liveCount }
+
+    /// Adds one entry of the journal's state while loading it (in key order: faster, not needed).
+    mutating func load(_ item: JournalEntry) {
+        withUTF8Bytes(item.key) { key in
+            let hash = KeyIndex.hash(key)
+            let record = EntryRecord.make(
+                key: key, keyHash: hash, value: item.value, session: item.session, version: item.version,
+                createRevision: item.createRevision, modRevision: item.modRevision,
+                expiresAtMilliseconds: item.expiresAtMilliseconds, isDeleted: item.isDeleted)
+            if let id = index.find(key, hash: hash, in: records) {
+                if let previous = records[Int(id)], !previous.header.isDeleted { liveCount -= 1 }
+                records[Int(id)] = record
+            } else {
+                let id = insert(record)
+                let inOrder = ordered.last.map { last in records[Int(last)]!.withKey { keyOrder($0, key) < 0 } } ?? true
+                if inOrder && unordered.isEmpty { ordered.append(id) } else { unordered.append(id) }
+            }
             if !item.isDeleted { liveCount += 1 }
         }
+    }
+
+    /// Sets the head revision after loading.
+    mutating func loaded(headRevision: UInt64) {
         self.headRevision = headRevision
     }
 
-    var tombstoneCount: Int { entries.count - liveCount }
-
     /// The live entry for `key`, or `nil` when absent or deleted.
     func live(_ key: String) -> Entry? {
-        guard let entry = entries[key], !entry.isDeleted else { return nil }
-        return entry
+        liveRecord(key).map(Entry.init)
+    }
+
+    /// The version and create revision of the live entry for `key`, without copying its value.
+    func liveVersions(_ key: String) -> Versions? {
+        liveRecord(key).map { Versions(version: $0.header.version, createRevision: $0.header.createRevision) }
+    }
+
+    private func liveRecord(_ key: String) -> EntryRecord? {
+        withUTF8Bytes(key) { key in
+            guard let id = index.find(key, hash: KeyIndex.hash(key), in: records),
+                  let record = records[Int(id)], !record.header.isDeleted else { return nil }
+            return record
+        }
     }
 
     /// Applies one committed revision's changes and advances the head.
@@ -62,12 +126,24 @@ struct SignalStore {
         var undo = Undo(previousHead: headRevision, replaced: [])
         undo.replaced.reserveCapacity(changes.count)
         for change in changes {
-            let previous = entries[change.key]
-            undo.replaced.append((change.key, previous))
-            let entry = Entry(value: change.value, version: change.version, createRevision: change.createRevision,
-                              modRevision: change.revision, expiresAtMilliseconds: change.expiresAtMilliseconds,
-                              isDeleted: change.kind != .put, session: change.session)
-            set(change.key, entry, previous: previous)
+            withUTF8Bytes(change.key) { key in
+                let hash = KeyIndex.hash(key)
+                let record = EntryRecord.make(
+                    key: key, keyHash: hash, value: change.value, session: change.session, version: change.version,
+                    createRevision: change.createRevision, modRevision: change.revision,
+                    expiresAtMilliseconds: change.expiresAtMilliseconds, isDeleted: change.kind != .put)
+                if let id = index.find(key, hash: hash, in: records) {
+                    let previous = records[Int(id)]
+                    if let previous, !previous.header.isDeleted { liveCount -= 1 }
+                    records[Int(id)] = record
+                    undo.replaced.append((id, previous))
+                } else {
+                    let id = insert(record)
+                    unordered.append(id)
+                    undo.replaced.append((id, nil))
+                }
+                if change.kind == .put { liveCount += 1 }
+            }
             headRevision = max(headRevision, change.revision)
         }
         return undo
@@ -75,94 +151,222 @@ struct SignalStore {
 
     /// Puts back what ``apply(_:)`` replaced.
     mutating func undo(_ undo: Undo) {
-        for (key, entry) in undo.replaced.reversed() {
-            let current = entries[key]
-            if let entry {
-                set(key, entry, previous: current)
+        for (id, previous) in undo.replaced.reversed() {
+            guard let current = records[Int(id)] else { continue }
+            if !current.header.isDeleted { liveCount -= 1 }
+            if let previous {
+                records[Int(id)] = previous
+                if !previous.header.isDeleted { liveCount += 1 }
             } else {
-                if let current, !current.isDeleted { liveCount -= 1 }
-                entries[key] = nil
+                remove(id)
             }
         }
         headRevision = undo.previousHead
     }
 
-    private mutating func set(_ key: String, _ entry: Entry, previous: Entry?) {
-        if previous == nil { newKeys.append(key) }
-        let wasLive = previous.map { !$0.isDeleted } ?? false
-        if wasLive != !entry.isDeleted { liveCount += entry.isDeleted ? -1 : 1 }
-        entries[key] = entry
-    }
-
     /// Drops tombstones at or below `revision` (after journal compaction).
     mutating func dropTombstones(through revision: UInt64) {
-        let dead = entries.filter { $0.value.isDeleted && $0.value.modRevision <= revision }.map(\.key)
-        for key in dead { entries[key] = nil }
+        for id in records.indices {
+            guard let record = records[id], record.header.isDeleted, record.header.modRevision <= revision else { continue }
+            remove(UInt32(id))
+        }
+        mergeOrder()
     }
 
-    private mutating func sortKeysIfNeeded() {
-        guard !newKeys.isEmpty else { return }
-        newKeys.sort()
-        var merged: [String] = []
-        merged.reserveCapacity(orderedKeys.count + newKeys.count)
-        var i = 0, j = 0
-        while i < orderedKeys.count || j < newKeys.count {
-            let next: String
-            if j >= newKeys.count || (i < orderedKeys.count && orderedKeys[i] < newKeys[j]) {
-                next = orderedKeys[i]; i += 1
-            } else {
-                next = newKeys[j]; j += 1
-            }
-            if merged.last != next && entries[next] != nil { merged.append(next) }
+    /// Gives `record` a number and indexes it.
+    private mutating func insert(_ record: EntryRecord) -> UInt32 {
+        let id: UInt32
+        if let free = freeIDs.popLast() {
+            id = free
+            records[Int(id)] = record
+        } else {
+            precondition(records.count < Int(UInt32.max), "more keys than record numbers")
+            id = UInt32(records.count)
+            records.append(record)
         }
-        orderedKeys = merged
-        newKeys.removeAll(keepingCapacity: true)
+        index.insert(id, hash: record.header.keyHash, in: records)
+        return id
+    }
+
+    /// Removes record `id` from the index; its number is reused after the next merge.
+    private mutating func remove(_ id: UInt32) {
+        guard let record = records[Int(id)] else { return }
+        index.remove(id, hash: record.header.keyHash, in: records)
+        records[Int(id)] = nil
+        removedIDs.append(id)
+    }
+
+    /// Merges the numbers added since the last merge into `ordered`, drops removed ones and
+    /// frees their numbers for reuse.
+    private mutating func mergeOrder() {
+        guard !unordered.isEmpty || !removedIDs.isEmpty else { return }
+        let records = self.records
+        func precedes(_ left: UInt32, _ right: UInt32) -> Bool {
+            records[Int(left)]!.withKey { left in records[Int(right)]!.withKey { keyOrder(left, $0) < 0 } }
+        }
+        var added = unordered.filter { records[Int($0)] != nil }
+        added.sort(by: precedes)
+        var merged: [UInt32] = []
+        merged.reserveCapacity(ordered.count + added.count)
+        var i = 0, j = 0
+        while i < ordered.count || j < added.count {
+            if i < ordered.count && records[Int(ordered[i])] == nil {
+                i += 1  // removed
+            } else if j >= added.count || (i < ordered.count && precedes(ordered[i], added[j])) {
+                merged.append(ordered[i])
+                i += 1
+            } else {
+                merged.append(added[j])
+                j += 1
+            }
+        }
+        ordered = merged
+        unordered.removeAll(keepingCapacity: true)
+        freeIDs.append(contentsOf: removedIDs)
+        removedIDs.removeAll(keepingCapacity: true)
+    }
+
+    /// Calls `body` with each record whose key starts with `prefix` and comes after
+    /// `startAfter`, in order, tombstones included, until it returns `false`.
+    private mutating func scan(prefix: String, after startAfter: String, _ body: (EntryRecord) -> Bool) {
+        mergeOrder()
+        withUTF8Bytes(prefix) { prefix in
+            withUTF8Bytes(startAfter) { startAfter in
+                let lower = keyOrder(prefix, startAfter) >= 0 ? prefix : startAfter
+                var position = lowerBound(lower)
+                while position < ordered.count {
+                    let record = records[Int(ordered[position])]!
+                    position += 1
+                    guard record.keyHasPrefix(prefix) else { break }
+                    if record.hasKey(startAfter) { continue }
+                    if !body(record) { return }
+                }
+            }
+        }
+    }
+
+    /// The first position in `ordered` whose key is not below `key` (after ``mergeOrder()``,
+    /// which leaves no removed records in `ordered`).
+    private func lowerBound(_ key: UnsafeRawBufferPointer) -> Int {
+        var low = 0, high = ordered.count
+        while low < high {
+            let mid = (low + high) / 2
+            if records[Int(ordered[mid])]!.withKey({ keyOrder($0, key) < 0 }) { low = mid + 1 } else { high = mid }
+        }
+        return low
     }
 
     /// Calls `body` for each key under `prefix` after `startAfter`, in order, tombstones
     /// included, until it returns `false`.
     mutating func forEach(prefix: String, after startAfter: String = "", _ body: (String, Entry) -> Bool) {
-        sortKeysIfNeeded()
-        let lower = max(prefix, startAfter)
-        var index = lowerBound(lower)
-        while index < orderedKeys.count {
-            let key = orderedKeys[index]
-            index += 1
-            guard key.hasPrefix(prefix) else { break }
-            if key == startAfter { continue }
-            guard let entry = entries[key] else { continue }
-            if !body(key, entry) { return }
+        scan(prefix: prefix, after: startAfter) { body($0.key, Entry($0)) }
+    }
+
+    /// Calls `body` for each live key that expires or is bound to a session, in no order.
+    func forEachExpiringOrBound(_ body: (String, Entry) -> Void) {
+        for case let record? in records where !record.header.isDeleted {
+            if record.header.expiresAtMilliseconds > 0 || record.header.sessionCount > 0 { body(record.key, Entry(record)) }
         }
     }
 
     /// Keys under `prefix`, tombstones included.
     mutating func keyCount(prefix: String) -> Int {
-        if prefix.isEmpty { return entries.count }
+        if prefix.isEmpty { return count }
         var count = 0
-        forEach(prefix: prefix) { _, _ in
+        scan(prefix: prefix, after: "") { _ in
             count += 1
             return true
         }
         return count
     }
 
-    private func lowerBound(_ key: String) -> Int {
-        var low = 0, high = orderedKeys.count
-        while low < high {
-            let mid = (low + high) / 2
-            if orderedKeys[mid] < key { low = mid + 1 } else { high = mid }
-        }
-        return low
-    }
-
     /// The last revision that changed a key under `prefix`, tombstones included (0 if none).
     mutating func lastRevision(prefix: String) -> UInt64 {
         if prefix.isEmpty { return headRevision }
         var last: UInt64 = 0
-        forEach(prefix: prefix) { _, entry in
-            last = max(last, entry.modRevision)
+        scan(prefix: prefix, after: "") { record in
+            last = max(last, record.header.modRevision)
             return true
         }
         return last
+    }
+}
+
+/// An open-addressed hash index (linear probing) from a key's bytes to its record number.
+struct KeyIndex {
+    /// 0 for an empty slot, otherwise a record number plus one.
+    private var slots: [UInt32] = []
+    private(set) var count = 0
+
+    /// The hash of a key's bytes (seeded per process, so clients cannot choose colliding keys).
+    @inline(__always)
+    static func hash(_ key: UnsafeRawBufferPointer) -> UInt32 {
+        var hasher = Hasher()
+        hasher.combine(bytes: key)
+        return UInt32(truncatingIfNeeded: hasher.finalize())
+    }
+
+    /// The record number of `key`, if indexed.
+    func find(_ key: UnsafeRawBufferPointer, hash: UInt32, in records: [EntryRecord?]) -> UInt32? {
+        guard !slots.isEmpty else { return nil }
+        let mask = slots.count - 1
+        var slot = Int(hash) & mask
+        while true {
+            let stored = slots[slot]
+            if stored == 0 { return nil }
+            let record = records[Int(stored - 1)]!
+            if record.header.keyHash == hash && record.hasKey(key) { return stored - 1 }
+            slot = (slot + 1) & mask
+        }
+    }
+
+    /// Indexes record `id` (already in `records`, not yet indexed) under `hash`; grows at three
+    /// quarters full. Every other record in `records` must be indexed.
+    mutating func insert(_ id: UInt32, hash: UInt32, in records: [EntryRecord?]) {
+        if (count + 1) * 4 > slots.count * 3 {
+            grow(records)  // places `id` too
+        } else {
+            place(id, hash: hash)
+        }
+        count += 1
+    }
+
+    private mutating func place(_ id: UInt32, hash: UInt32) {
+        let mask = slots.count - 1
+        var slot = Int(hash) & mask
+        while slots[slot] != 0 { slot = (slot + 1) & mask }
+        slots[slot] = id + 1
+    }
+
+    /// Doubles the table and places every record of `records` in it.
+    private mutating func grow(_ records: [EntryRecord?]) {
+        slots = [UInt32](repeating: 0, count: max(16, slots.count * 2))
+        // In record order, which is mostly allocation order: the headers are read in sequence.
+        for (id, record) in records.enumerated() {
+            if let record { place(UInt32(id), hash: record.header.keyHash) }
+        }
+    }
+
+    /// Removes record `id`, indexed under `hash`, closing the gap so later probes still find
+    /// their keys (backward-shift deletion).
+    mutating func remove(_ id: UInt32, hash: UInt32, in records: [EntryRecord?]) {
+        let mask = slots.count - 1
+        var hole = Int(hash) & mask
+        while slots[hole] != id + 1 { hole = (hole + 1) & mask }
+        var next = hole
+        while true {
+            next = (next + 1) & mask
+            let stored = slots[next]
+            if stored == 0 { break }
+            let home = Int(records[Int(stored - 1)]!.header.keyHash) & mask
+            // Move the entry back into the hole unless its home lies cyclically in (hole, next].
+            let homeInRange = hole <= next ? (home > hole && home <= next) : (home > hole || home <= next)
+            if !homeInRange {
+                slots[hole] = stored
+                hole = next
+            }
+        }
+        slots[hole] = 0
+        count -= 1
     }
 }

@@ -9,6 +9,8 @@ internal import CBeaconSQLite
 public final class Journal {
     /// The schema version this code writes; older journals are migrated at open.
     public static let schemaVersion: Int64 = 3
+    /// How much of the journal file SQLite reads through a memory map (256 MiB).
+    static let mappedBytes = 256 << 20
 
     /// Where the journal lives.
     public let path: String
@@ -67,7 +69,7 @@ public final class Journal {
             // read syscalls; checkpointing every ~40 MiB of WAL writes each hot page back once
             // per checkpoint instead of once per ~4 MiB.
             try database.execute("PRAGMA cache_size = -65536")
-            try database.execute("PRAGMA mmap_size = 268435456")
+            try database.execute("PRAGMA mmap_size = \(Self.mappedBytes)")
             try database.execute("PRAGMA wal_autocheckpoint = 10000")
             // Takes the exclusive lock now rather than at the first write.
             try database.execute("BEGIN IMMEDIATE; COMMIT")
@@ -278,19 +280,31 @@ public final class Journal {
 
     /// Every key's current state, tombstones included, in key order.
     public func loadState() throws(JournalError) -> [JournalEntry] {
+        var entries: [JournalEntry] = []
+        try loadState { entries.append($0) }
+        return entries
+    }
+
+    /// Calls `body` with each key's current state, in key order, tombstones included (after
+    /// bringing the state table up to date), one at a time so that a large state is never
+    /// held twice.
+    public func loadState(_ body: (JournalEntry) -> Void) throws(JournalError) {
         try checkpointState()
         do {
             let statement = try database.prepare(
                 "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted, session FROM state ORDER BY key")
-            var entries: [JournalEntry] = []
             while try statement.step() {
-                entries.append(JournalEntry(
+                body(JournalEntry(
                     key: statement.text(0), value: statement.blob(1) ?? [], version: statement.uint(2),
                     createRevision: statement.uint(3), modRevision: statement.uint(4),
                     expiresAtMilliseconds: statement.uint(5), isDeleted: statement.int(6) != 0,
                     session: statement.blob(7) ?? []))
             }
-            return entries
+            // The scan touched every page of the state through the memory map. Mapping the file
+            // afresh takes those pages out of the daemon's resident memory; they stay in the
+            // kernel's page cache.
+            try database.execute("PRAGMA mmap_size = 0")
+            try database.execute("PRAGMA mmap_size = \(Self.mappedBytes)")
         } catch {
             throw JournalError(error, while: "cannot read state")
         }
