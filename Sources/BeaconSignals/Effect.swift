@@ -11,7 +11,9 @@ public final class Effect: ReactiveNode, Disposable {
     public static let loopLimit = 1000
 
     @exclusivity(unchecked) var body: (() throws -> Void)?
-    let scope = OwnerScope()
+    /// What the effect owns: made the first time it creates an effect or scope or registers a
+    /// cleanup, as most effects never do.
+    @exclusivity(unchecked) private var scope: OwnerScope?
     let errorHandler: ((any Error) -> Void)?
     @exclusivity(unchecked) private var lastFlush: UInt64 = 0
     @exclusivity(unchecked) private var runsInFlush = 0
@@ -20,6 +22,14 @@ public final class Effect: ReactiveNode, Disposable {
         self.body = body
         self.errorHandler = errorHandler
         super.init(flags: NodeFlags.effect)
+    }
+
+    /// The effect's scope, made on first use.
+    var ownedScope: OwnerScope {
+        if let scope { return scope }
+        let made = OwnerScope()
+        scope = made
+        return made
     }
 
     /// Whether the effect has been disposed.
@@ -44,11 +54,11 @@ public final class Effect: ReactiveNode, Disposable {
             }
         }
         withExtendedLifetime(self) {
-            scope.clear()
+            scope?.clear()
             let previousSub = context.activeSub
             let previousOwner = context.pointee.owner
             context.activeSub = node
-            context.pointee.owner = Unmanaged.passUnretained(scope)
+            context.pointee.owner = .effect(Unmanaged.passUnretained(self))
             context.beginTracking(node)
             do {
                 try body()
@@ -79,7 +89,7 @@ public final class Effect: ReactiveNode, Disposable {
         }
         flags = (flags | NodeFlags.disposed) & ~NodeFlags.stale
         withExtendedLifetime(self) {
-            scope.clear()
+            scope?.clear()
             ReactiveContext.current.detach(node)
             body = nil
         }
@@ -87,7 +97,7 @@ public final class Effect: ReactiveNode, Disposable {
 
     deinit {
         if flags & NodeFlags.disposed == 0 {
-            scope.clear()
+            scope?.clear()
         }
     }
 }

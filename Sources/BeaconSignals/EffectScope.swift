@@ -28,7 +28,7 @@ public final class EffectScope: Disposable {
         precondition(!isDisposed, "EffectScope.run after dispose")
         let context = ReactiveContext.current
         let previous = context.pointee.owner
-        context.pointee.owner = Unmanaged.passUnretained(scope)
+        context.pointee.owner = .scope(Unmanaged.passUnretained(scope))
         defer { context.pointee.owner = previous }
         return try body()
     }

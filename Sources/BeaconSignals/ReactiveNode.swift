@@ -5,18 +5,30 @@
 /// effects among them without running user code; reads and effect flushes then pull, validating
 /// dependencies by version and recomputing a node only when one of them really changed.
 ///
-/// The graph bookkeeping lives in a record outside the object (see `NodeState`), so that the
-/// algorithms walk it without reference counting; the object owns the record and frees it when
-/// it goes.
+/// The graph bookkeeping is a plain record (see `NodeState`) stored first in the object, so
+/// that the algorithms reach it, and the object from it, at a fixed offset and walk the graph
+/// without reference counting.
 open class ReactiveNode {
-    /// This node's record in the graph.
-    @usableFromInline final let node: NodeRef
+    /// This node's record in the graph. It must stay the first stored property: `node` finds it
+    /// right after the object's header, and `NodeRef.object` finds the object right before it.
+    /// Only ever accessed through `node`.
+    @exclusivity(unchecked) private final var record: NodeState
 
     @usableFromInline
     init(flags: UInt32) {
-        node = NodeRef.allocate(capacity: 1)
-        node.initialize(to: NodeState(flags: flags))
-        node.pointee.object = Unmanaged.passUnretained(self).toOpaque()
+        record = NodeState(flags: flags)
+        assert(withUnsafeMutablePointer(to: &record) { $0 } == node, "NodeState is not at the start of the object")
+        assert(node.object.toOpaque() == Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// This node's record in the graph, inside the object.
+    @inlinable final var node: NodeRef {
+        @inline(__always) get { _getUnsafePointerToStoredProperties(self).assumingMemoryBound(to: NodeState.self) }
+    }
+
+    /// How far a node's record lies from the start of its object: a Swift object's header.
+    @usableFromInline static var recordOffset: Int {
+        @inline(__always) get { 2 * MemoryLayout<UnsafeRawPointer>.size }
     }
 
     /// The node's state bits (`NodeFlags`).
@@ -34,8 +46,6 @@ open class ReactiveNode {
 
     deinit {
         ReactiveContext.current.detach(node)
-        node.deinitialize(count: 1)
-        node.deallocate()
     }
 }
 

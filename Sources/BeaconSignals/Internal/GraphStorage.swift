@@ -2,9 +2,9 @@
 ///
 /// The hot paths (tracking a read, marking dependents stale, validating before a read) walk
 /// these records through plain pointers, so they do no reference counting at all. Each record
-/// points back at nothing that keeps it alive: a `ReactiveNode` object owns its `NodeState`
-/// and frees it in `deinit`; links are owned by the graph and recycled through the context's
-/// free list.
+/// points back at nothing that keeps it alive: a node's `NodeState` is stored inside its
+/// `ReactiveNode` object and goes with it; links are owned by the graph and recycled through
+/// the context's free list.
 
 /// A node of the graph, as the algorithms see it.
 @usableFromInline
@@ -37,8 +37,6 @@ struct NodeState {
     @usableFromInline var version: UInt64 = 0
     /// The global write epoch at which this node was last known to be up to date.
     @usableFromInline var verifiedEpoch: UInt64 = 0
-    /// The `ReactiveNode` that owns this record (not retained).
-    @usableFromInline var object: UnsafeMutableRawPointer?
 
     @usableFromInline
     init(flags: UInt32) {
@@ -115,9 +113,9 @@ extension UnsafeMutablePointer where Pointee == NodeState {
         @inline(__always) nonmutating set { pointee.verifiedEpoch = newValue }
     }
 
-    /// The owning object, unretained.
+    /// The object this record is stored in, unretained.
     @inlinable var object: Unmanaged<ReactiveNode> {
-        @inline(__always) get { Unmanaged.fromOpaque(pointee.object.unsafelyUnwrapped) }
+        @inline(__always) get { Unmanaged.fromOpaque(UnsafeRawPointer(self) - ReactiveNode.recordOffset) }
     }
 }
 

@@ -31,13 +31,20 @@ let contextKey: pthread_key_t = {
 /// synchronous call never changes threads; so keeping it per thread is correct even for actors
 /// whose jobs hop between threads. Nodes themselves are not `Sendable`, which confines each
 /// graph to one isolation domain at compile time.
+/// What adopts the effects, scopes and cleanups created while it runs.
+enum Owner {
+    case scope(Unmanaged<OwnerScope>)
+    /// A running effect; its scope is made only when something needs it.
+    case effect(Unmanaged<Effect>)
+}
+
 @usableFromInline
 struct ContextState {
     /// The computed or effect whose evaluation is running; reads link to it.
     @usableFromInline var activeSub: NodeRef?
-    /// The scope that adopts effects created now. Not retained: an owner is kept alive by its
-    /// effect or `EffectScope` while it runs.
-    var owner: Unmanaged<OwnerScope>?
+    /// What adopts effects and cleanups created now. Not retained: an owner is kept alive by
+    /// its effect or `EffectScope` while it runs.
+    var owner: Owner?
     @usableFromInline var batchDepth = 0
     var isFlushing = false
     var flushCount: UInt64 = 0
@@ -121,9 +128,13 @@ extension UnsafeMutablePointer where Pointee == ContextState {
         @inline(__always) nonmutating set { pointee.batchDepth = newValue }
     }
 
-    /// The scope that adopts effects created now.
+    /// The scope that adopts effects and cleanups created now (made on first use for an effect).
     var owner: OwnerScope? {
-        pointee.owner?.takeUnretainedValue()
+        switch pointee.owner {
+        case .scope(let scope): scope.takeUnretainedValue()
+        case .effect(let effect): effect.takeUnretainedValue().ownedScope
+        case nil: nil
+        }
     }
 
     @usableFromInline
@@ -198,7 +209,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     /// recurses.
     @usableFromInline
     func releaseLater(_ node: NodeRef) {
-        pointee.releaseQueue.append(node.pointee.object.unsafelyUnwrapped)
+        pointee.releaseQueue.append(node.object.toOpaque())
     }
 
     /// Queues `value` (a closure and what it captures) to be dropped by `drainReleases()`.
