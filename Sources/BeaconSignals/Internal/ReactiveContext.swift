@@ -12,7 +12,12 @@ import Synchronization
 @usableFromInline
 let globalEpoch = Atomic<UInt64>(1)
 
+/// `contextKey` plus one once it exists, 0 before. A constant-initialised global, so reading it
+/// (on every signal read) needs no lazy-initialisation check, unlike `contextKey` itself.
 @usableFromInline
+let publishedContextKey = Atomic<UInt64>(0)
+
+/// The thread-specific key of each thread's `ContextState`, made on first use.
 let contextKey: pthread_key_t = {
     var key = pthread_key_t()
     let status = pthread_key_create(&key) { raw in
@@ -79,15 +84,18 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     @inlinable
     static var current: ReactiveContext {
         @inline(__always) get {
-            if let raw = pthread_getspecific(contextKey) {
+            let key = publishedContextKey.load(ordering: .acquiring)
+            if key != 0, let raw = pthread_getspecific(pthread_key_t(truncatingIfNeeded: key &- 1)) {
                 return raw.assumingMemoryBound(to: ContextState.self)
             }
             return makeCurrent()
         }
     }
 
+    /// Makes the calling thread's context (and the key, the first time).
     @usableFromInline @inline(never)
     static func makeCurrent() -> ReactiveContext {
+        publishedContextKey.store(UInt64(contextKey) + 1, ordering: .releasing)
         let context = ReactiveContext.allocate(capacity: 1)
         context.initialize(to: ContextState())
         pthread_setspecific(contextKey, UnsafeRawPointer(context))

@@ -12,6 +12,10 @@ import Darwin
 /// The outermost evaluation records where the stack stood; nested evaluations may use `budget`
 /// bytes below that. Past it, evaluation continues on a helper thread with a large stack while
 /// the calling thread waits, so 10,000-deep chains work even on a 512 KiB secondary thread.
+///
+/// The stack position is the address of a local variable. Under AddressSanitizer with fake
+/// stacks (`detect_stack_use_after_return`, on by default) locals live elsewhere and the guard
+/// cannot measure: run sanitized tests with `ASAN_OPTIONS=detect_stack_use_after_return=0`.
 enum StackGuard {
     /// Stack the nested evaluations of one thread may use before moving to a helper thread.
     static let budget: UInt = 192 * 1024
