@@ -65,7 +65,7 @@ struct SignalStore {
     private var removedIDs: [UInt32] = []
     private var freeIDs: [UInt32] = []
     private var index = KeyIndex()
-    /// Record numbers in key order; may hold numbers since removed (skipped when scanning).
+    /// Record numbers in key order; may hold numbers since removed until the next merge.
     private var ordered: [UInt32] = []
     /// Record numbers added since `ordered` was last merged.
     private var unordered: [UInt32] = []

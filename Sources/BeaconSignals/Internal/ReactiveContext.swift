@@ -29,13 +29,6 @@ let contextKey: pthread_key_t = {
     return key
 }()
 
-/// The transient state of reactive work on one thread: the node being evaluated, batch depth,
-/// the effect queue, scratch stacks and a free list of links.
-///
-/// All of it lives only for the duration of a synchronous call (a read, a write, a batch), and a
-/// synchronous call never changes threads; so keeping it per thread is correct even for actors
-/// whose jobs hop between threads. Nodes themselves are not `Sendable`, which confines each
-/// graph to one isolation domain at compile time.
 /// What adopts the effects, scopes and cleanups created while it runs.
 enum Owner {
     case scope(Unmanaged<OwnerScope>)
@@ -43,6 +36,13 @@ enum Owner {
     case effect(Unmanaged<Effect>)
 }
 
+/// The transient state of reactive work on one thread: the node being evaluated, batch depth,
+/// the effect queue, scratch stacks and a free list of links.
+///
+/// All of it lives only for the duration of a synchronous call (a read, a write, a batch), and a
+/// synchronous call never changes threads; so keeping it per thread is correct even for actors
+/// whose jobs hop between threads. Nodes themselves are not `Sendable`, which confines each
+/// graph to one isolation domain at compile time.
 @usableFromInline
 struct ContextState {
     /// The computed or effect whose evaluation is running; reads link to it.
