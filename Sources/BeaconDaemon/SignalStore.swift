@@ -21,24 +21,6 @@ struct SignalStore {
         var isDeleted: Bool
         /// The writer's session the key is bound to (empty: none).
         var session: [UInt8] = []
-
-        init(value: [UInt8], version: UInt64, createRevision: UInt64, modRevision: UInt64,
-             expiresAtMilliseconds: UInt64, isDeleted: Bool, session: [UInt8] = []) {
-            self.value = value
-            self.version = version
-            self.createRevision = createRevision
-            self.modRevision = modRevision
-            self.expiresAtMilliseconds = expiresAtMilliseconds
-            self.isDeleted = isDeleted
-            self.session = session
-        }
-
-        fileprivate init(_ record: EntryRecord) {
-            let header = record.header
-            self.init(value: record.value, version: header.version, createRevision: header.createRevision,
-                      modRevision: header.modRevision, expiresAtMilliseconds: header.expiresAtMilliseconds,
-                      isDeleted: header.isDeleted, session: record.session)
-        }
     }
 
     /// What a write's preconditions look at in a live entry.
@@ -368,5 +350,15 @@ struct KeyIndex {
         }
         slots[hole] = 0
         count -= 1
+    }
+}
+
+extension SignalStore.Entry {
+    /// A copy of `record`'s state.
+    fileprivate init(_ record: EntryRecord) {
+        let header = record.header
+        self.init(value: record.value, version: header.version, createRevision: header.createRevision,
+                  modRevision: header.modRevision, expiresAtMilliseconds: header.expiresAtMilliseconds,
+                  isDeleted: header.isDeleted, session: record.session)
     }
 }
