@@ -62,20 +62,15 @@ struct SignalStore {
     /// Adds one entry of the journal's state while loading it (in key order: faster, not needed).
     mutating func load(_ item: JournalEntry) {
         withUTF8Bytes(item.key) { key in
-            let hash = KeyIndex.hash(key)
             let record = EntryRecord.make(
-                key: key, keyHash: hash, value: item.value, session: item.session, version: item.version,
+                key: key, keyHash: KeyIndex.hash(key), value: item.value, session: item.session, version: item.version,
                 createRevision: item.createRevision, modRevision: item.modRevision,
                 expiresAtMilliseconds: item.expiresAtMilliseconds, isDeleted: item.isDeleted)
-            if let id = index.find(key, hash: hash, in: records) {
-                if let previous = records[Int(id)], !previous.header.isDeleted { liveCount -= 1 }
-                records[Int(id)] = record
-            } else {
-                let id = insert(record)
+            let (id, previous) = put(record, key: key)
+            if previous == nil {
                 let inOrder = ordered.last.map { last in records[Int(last)]!.withKey { keyOrder($0, key) < 0 } } ?? true
                 if inOrder && unordered.isEmpty { ordered.append(id) } else { unordered.append(id) }
             }
-            if !item.isDeleted { liveCount += 1 }
         }
     }
 
@@ -109,22 +104,13 @@ struct SignalStore {
         undo.replaced.reserveCapacity(changes.count)
         for change in changes {
             withUTF8Bytes(change.key) { key in
-                let hash = KeyIndex.hash(key)
                 let record = EntryRecord.make(
-                    key: key, keyHash: hash, value: change.value, session: change.session, version: change.version,
+                    key: key, keyHash: KeyIndex.hash(key), value: change.value, session: change.session, version: change.version,
                     createRevision: change.createRevision, modRevision: change.revision,
                     expiresAtMilliseconds: change.expiresAtMilliseconds, isDeleted: change.kind != .put)
-                if let id = index.find(key, hash: hash, in: records) {
-                    let previous = records[Int(id)]
-                    if let previous, !previous.header.isDeleted { liveCount -= 1 }
-                    records[Int(id)] = record
-                    undo.replaced.append((id, previous))
-                } else {
-                    let id = insert(record)
-                    unordered.append(id)
-                    undo.replaced.append((id, nil))
-                }
-                if change.kind == .put { liveCount += 1 }
+                let (id, previous) = put(record, key: key)
+                if previous == nil { unordered.append(id) }
+                undo.replaced.append((id, previous))
             }
             headRevision = max(headRevision, change.revision)
         }
@@ -153,6 +139,18 @@ struct SignalStore {
             remove(UInt32(id))
         }
         mergeOrder()
+    }
+
+    /// Stores `record` under `key`: in place of the key's record, or as a new one.
+    /// - Returns: the record number and the record replaced (`nil`: the key is new; its number
+    ///   still has to be put in order).
+    private mutating func put(_ record: EntryRecord, key: UnsafeRawBufferPointer) -> (id: UInt32, previous: EntryRecord?) {
+        if !record.header.isDeleted { liveCount += 1 }
+        guard let id = index.find(key, hash: record.header.keyHash, in: records) else { return (insert(record), nil) }
+        let previous = records[Int(id)]
+        if let previous, !previous.header.isDeleted { liveCount -= 1 }
+        records[Int(id)] = record
+        return (id, previous)
     }
 
     /// Gives `record` a number and indexes it.

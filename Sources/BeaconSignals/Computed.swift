@@ -67,16 +67,7 @@ public final class Computed<Value>: Signal<Value> {
     @usableFromInline
     override func reevaluate(_ context: ReactiveContext) -> Bool {
         let node = self.node
-        let previousSub = context.activeSub
-        let previousOwner = context.pointee.owner
-        context.activeSub = node
-        context.pointee.owner = nil
-        context.beginTracking(node)
-        let changed = compute(self)
-        context.endTracking(node)
-        context.activeSub = previousSub
-        context.pointee.owner = previousOwner
-        node.flags |= NodeFlags.evaluated
+        let changed = context.evaluate(node, owner: nil) { compute(self) }
         if changed {
             node.version &+= 1
         }

@@ -55,20 +55,13 @@ public final class Effect: ReactiveNode, Disposable {
         }
         withExtendedLifetime(self) {
             scope?.clear()
-            let previousSub = context.activeSub
-            let previousOwner = context.pointee.owner
-            context.activeSub = node
-            context.pointee.owner = .effect(Unmanaged.passUnretained(self))
-            context.beginTracking(node)
-            do {
-                try body()
-            } catch {
-                report(error)
+            context.evaluate(node, owner: .effect(Unmanaged.passUnretained(self))) {
+                do {
+                    try body()
+                } catch {
+                    report(error)
+                }
             }
-            context.endTracking(node)
-            context.activeSub = previousSub
-            context.pointee.owner = previousOwner
-            flags |= NodeFlags.evaluated
         }
         return true
     }

@@ -49,6 +49,24 @@ extension UnsafeMutablePointer where Pointee == ContextState {
         node.trackCursor = nil
     }
 
+    /// Runs `body` as an evaluation of `node`: what it reads becomes `node`'s dependencies (those
+    /// it no longer reads are dropped) and what it creates is owned by `owner`. The running node
+    /// and owner from before are restored afterwards.
+    @inline(__always)
+    func evaluate<Result>(_ node: NodeRef, owner: Owner?, _ body: () -> Result) -> Result {
+        let previousSub = activeSub
+        let previousOwner = pointee.owner
+        activeSub = node
+        pointee.owner = owner
+        beginTracking(node)
+        let result = body()
+        endTracking(node)
+        activeSub = previousSub
+        pointee.owner = previousOwner
+        node.flags |= NodeFlags.evaluated
+        return result
+    }
+
     /// Ends an evaluation of `node`: dependencies it did not read this time are dropped.
     @inlinable @inline(__always)
     func endTracking(_ node: NodeRef) {
