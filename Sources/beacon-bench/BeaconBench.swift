@@ -129,6 +129,23 @@ final class DaemonUnderTest {
         process.terminate()
         process.waitUntilExit()
     }
+
+    /// CPU seconds (user + system) each of the daemon's threads has used so far, by thread id,
+    /// with the thread's name.
+    func cpuSecondsByThread() -> [String: (name: String, seconds: Double)] {
+        let pid = process.processIdentifier
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        var threads: [String: (name: String, seconds: Double)] = [:]
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? [] {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { continue }
+            // After the name: state is field 3; utime and stime are fields 14 and 15.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
+            threads[task] = (String(stat[stat.index(after: open)..<close]), (user + system) / ticks)
+        }
+        return threads
+    }
 }
 
 /// Writes at a steady rate from its own thread and connection until stopped ("moderate load").
@@ -182,6 +199,11 @@ struct DaemonBench: ParsableCommand {
     @Option(help: "Journal durability: normal or full.") var durability = "normal"
     @Option(help: "beacond --max-batch: requests per group commit.") var maxBatch = 2048
     @Option(help: "Background writes per second while latency is measured under load.") var loadRate = 50_000
+    @Option(help: "Only the pipelined write rate (write-rate), for profiling the daemon under load alone.") var only: String?
+
+    func validate() throws {
+        if let only, only != "write-rate" { throw ValidationError("--only takes write-rate") }
+    }
 
     func run() throws {
         let directory = temporaryDirectory()
@@ -197,6 +219,14 @@ struct DaemonBench: ParsableCommand {
         var loadedP50s: [Double] = []
         var loadedP99s: [Double] = []
         var loadRates: [Double] = []
+        if only == "write-rate" {
+            for run in 0..<runs {
+                let daemon = try DaemonUnderTest(directory: directory + "/d\(run)", durability: durability, maxBatch: maxBatch)
+                defer { daemon.stop() }
+                writeRates.append(try pipelinedWrites(daemon))
+            }
+            return
+        }
         for run in 0..<runs {
             rawRates.append(try RawZMQ.pubSubRate(messages: 1_000_000, directory: directory))
             rawLatency.append(median(try RawZMQ.oneWayLatencies(samples: samples, directory: directory)))
@@ -261,6 +291,7 @@ struct DaemonBench: ParsableCommand {
                 return index + 1 < bytes.count && bytes[index + 1] == 0x72
             }
         }
+        let cpuBefore = daemon.cpuSecondsByThread()
         let start = now()
         var sent = 0, acknowledged = 0
         let reply = ZMQMessage()
@@ -277,8 +308,15 @@ struct DaemonBench: ParsableCommand {
             acknowledged += 1
         }
         let rate = Double(writes) / (Double(now() - start) / 1e9)
+        var cpu: [String: Double] = [:]
+        for (id, thread) in daemon.cpuSecondsByThread() {
+            cpu[thread.name, default: 0] += thread.seconds - (cpuBefore[id]?.seconds ?? 0)
+        }
+        let perWrite = { (seconds: Double) in String(format: "%.2f", seconds / Double(writes) * 1e6) }
+        let threads = cpu.sorted { $0.value > $1.value }.filter { $0.value > 0 }.map { "\($0.key) \(perWrite($0.value))" }
         let stats = try WireClient(runtimeDirectory: daemon.runtimeDirectory).stats()
         print(String(format: "  pipelined run: %.0f writes/s, %.1f writes per journal commit", rate, Double(stats.writes) / Double(max(stats.commits, 1))))
+        print("  daemon CPU per write: \(perWrite(cpu.values.reduce(0, +))) µs (\(threads.joined(separator: ", ")))")
         return rate
     }
 
