@@ -29,6 +29,17 @@ public final class Journal {
     public private(set) var stateRevision: UInt64 = 0
     /// Revisions the state table may lag behind the log before ``append(_:)`` brings it up to date.
     public var stateCheckpointInterval: UInt64 = 8192
+    /// Bytes of values appended since the last checkpoint before ``append(_:)`` brings the state
+    /// table up to date, whatever the revisions: the latest change per key is held in memory
+    /// until then.
+    public var stateCheckpointBytes = 16 << 20
+    /// The latest change of every key appended since `stateRevision`, when this journal appended
+    /// all of them (nil when the log holds changes from before the journal was opened: the
+    /// checkpoint then reads them back from the log).
+    private var unsavedState: [String: JournalChange]?
+    /// Value bytes held in `unsavedState`, counting every change appended since the checkpoint.
+    private var unsavedStateBytes = 0
+    private var upsertStateRow: SQLiteStatement!
     private var begin: SQLiteStatement!
     private var commitStatement: SQLiteStatement!
     private var rollbackStatement: SQLiteStatement!
@@ -96,6 +107,7 @@ public final class Journal {
         }
         insertChange = nil
         upsertState = nil
+        upsertStateRow = nil
         saveStateRevision = nil
         begin = nil
         commitStatement = nil
@@ -186,6 +198,13 @@ public final class Journal {
               create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
               expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session
             """)
+        upsertStateRow = try database.prepare("""
+            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version,
+              create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
+              expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session
+            """)
         saveStateRevision = try database.prepare(
             "INSERT INTO meta(name, value) VALUES ('state_revision', ?1) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
         begin = try database.prepare("BEGIN IMMEDIATE")
@@ -199,6 +218,7 @@ public final class Journal {
         stateRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'state_revision'") ?? 0)
         let lastChange = UInt64(try database.scalarInt("SELECT max(revision) FROM changes") ?? 0)
         headRevision = max(lastChange, compactedRevision)
+        unsavedState = headRevision > stateRevision ? nil : [:]
     }
 
     // MARK: Writing
@@ -219,7 +239,13 @@ public final class Journal {
             throw JournalError(error, while: "cannot append revision \(changes[0].revision)")
         }
         headRevision = changes[changes.count - 1].revision
-        if headRevision - stateRevision >= stateCheckpointInterval {
+        if unsavedState != nil {
+            for change in changes {
+                unsavedState![change.key] = change
+                unsavedStateBytes += change.value.count + change.key.utf8.count
+            }
+        }
+        if headRevision - stateRevision >= stateCheckpointInterval || unsavedStateBytes >= stateCheckpointBytes {
             // Best effort: the changes above are committed whatever happens here, and a state
             // table that lags is caught up at the next checkpoint or at open.
             try? checkpointState()
@@ -228,12 +254,19 @@ public final class Journal {
 
     /// Brings the current-state table up to date with the change log, one row per key changed
     /// since the last checkpoint. The log is authoritative; this keeps start-up reads short.
+    ///
+    /// The changes this journal appended itself are written from memory, one row per key; after
+    /// an open with a lagging state table the log since the last checkpoint is read back.
     public func checkpointState() throws(JournalError) {
         guard headRevision > stateRevision else { return }
         do {
             try inTransaction { () throws(SQLiteError) in
-                upsertState.bind(1, stateRevision)
-                try upsertState.run()
+                if let unsavedState {
+                    for change in unsavedState.values { try saveState(change) }
+                } else {
+                    upsertState.bind(1, stateRevision)
+                    try upsertState.run()
+                }
                 saveStateRevision.bind(1, headRevision)
                 try saveStateRevision.run()
             }
@@ -241,6 +274,21 @@ public final class Journal {
             throw JournalError(error, while: "cannot update the state table")
         }
         stateRevision = headRevision
+        unsavedState = [:]
+        unsavedStateBytes = 0
+    }
+
+    private func saveState(_ change: JournalChange) throws(SQLiteError) {
+        let statement = upsertStateRow!
+        statement.bind(1, change.key)
+        statement.bind(2, blob: change.value)
+        statement.bind(3, change.version)
+        statement.bind(4, change.createRevision)
+        statement.bind(5, change.revision)
+        statement.bind(6, change.expiresAtMilliseconds)
+        statement.bind(7, change.kind == .put ? Int64(0) : Int64(1))
+        statement.bind(8, blob: change.session)
+        try statement.run()
     }
 
     /// Runs `body` in one write transaction: committed if it returns, rolled back if it throws.

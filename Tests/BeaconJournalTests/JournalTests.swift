@@ -144,14 +144,77 @@ struct JournalTests {
             try journal!.append([put(revision, "k\(revision % 3)", "\(revision)", version: 1)])
         }
         #expect(journal!.stateRevision == 8)  // checkpoints at 4 and 8
-        try journal!.append([delete(11, "k0")])
+        journal!.stateCheckpointBytes = 64
+        try journal!.append([put(11, "k0", String(repeating: "v", count: 64), version: 1)])
+        #expect(journal!.stateRevision == 11)  // the value's bytes alone reach the limit
+        journal!.stateCheckpointBytes = 16 << 20
+        try journal!.append([delete(12, "k0")])
         let state = try journal!.loadState()  // catches up first
-        #expect(journal!.stateRevision == 11)
+        #expect(journal!.stateRevision == 12)
         #expect(state.map { "\($0.key)=\(String(decoding: $0.value, as: UTF8.self))@\($0.modRevision)\($0.isDeleted ? "x" : "")" }
-                == ["k0=@11x", "k1=10@10", "k2=8@8"])
+                == ["k0=@12x", "k1=10@10", "k2=8@8"])
         journal!.close()
         journal = nil
-        #expect(try Journal(path: path).stateRevision == 11)
+        #expect(try Journal(path: path).stateRevision == 12)
+    }
+
+    /// Checkpoints write the latest change per key from memory; a journal reopened from a crash
+    /// image with a lagging state table reads the log instead. Both end at the model's state.
+    @Test func checkpointsFromMemoryAndFromTheLogAgree() throws {
+        let directory = try temporaryDirectory()
+        let journal = try Journal(path: directory + "/j.sqlite")
+        journal.stateCheckpointInterval = 7
+        journal.stateCheckpointBytes = 100  // checkpoints by bytes too, between the revision ones
+        var model: [String: JournalEntry] = [:]
+        var random = SystemRandomNumberGenerator()
+        var versions: [String: (version: UInt64, created: UInt64)] = [:]
+        var modelAtCrash: [String: JournalEntry] = [:]
+        var crashRevision: UInt64 = 0
+        for revision in UInt64(1)...400 {
+            let parts = Int.random(in: 1...3, using: &random)
+            var changes: [JournalChange] = []
+            for part in 0..<parts {
+                let key = "k\(Int.random(in: 0..<25, using: &random))"
+                if versions[key] != nil && Int.random(in: 0..<4, using: &random) == 0 {
+                    changes.append(JournalChange(revision: revision, part: UInt32(part), parts: UInt32(parts), kind: .delete, key: key,
+                                                 version: 0, createRevision: 0, timestampMilliseconds: 1000))
+                    versions[key] = nil
+                    model[key] = JournalEntry(key: key, value: [], version: 0, createRevision: 0, modRevision: revision,
+                                              expiresAtMilliseconds: 0, isDeleted: true)
+                } else {
+                    let current = versions[key] ?? (0, revision)
+                    let value = Array("\(revision).\(part)".utf8)
+                    changes.append(JournalChange(revision: revision, part: UInt32(part), parts: UInt32(parts), kind: .put, key: key,
+                                                 value: value, version: current.version + 1, createRevision: current.created,
+                                                 timestampMilliseconds: 1000, session: part == 1 ? [7] : []))
+                    versions[key] = (current.version + 1, current.created)
+                    model[key] = JournalEntry(key: key, value: value, version: current.version + 1, createRevision: current.created,
+                                              modRevision: revision, expiresAtMilliseconds: 0, isDeleted: false,
+                                              session: part == 1 ? [7] : [])
+                }
+            }
+            try journal.append(changes)
+            if revision >= 390 && crashRevision == 0 && journal.stateRevision < revision {
+                crashRevision = revision
+                modelAtCrash = model
+                // A crash image: the file and its write-ahead log as they are on disk now.
+                try FileManager.default.createDirectory(atPath: directory + "/crash", withIntermediateDirectories: false)
+                for suffix in ["", "-wal"] {
+                    try FileManager.default.copyItem(atPath: directory + "/j.sqlite" + suffix, toPath: directory + "/crash/j.sqlite" + suffix)
+                }
+            }
+        }
+        func inKeyOrder(_ model: [String: JournalEntry]) -> [JournalEntry] {
+            model.values.sorted { Array($0.key.utf8).lexicographicallyPrecedes(Array($1.key.utf8)) }
+        }
+        #expect(try journal.loadState() == inKeyOrder(model))
+        #expect(journal.stateRevision == 400)
+
+        let crashed = try Journal(path: directory + "/crash/j.sqlite")
+        #expect(crashed.headRevision == crashRevision)
+        #expect(crashed.stateRevision < crashRevision)
+        #expect(try crashed.loadState() == inKeyOrder(modelAtCrash))
+        #expect(crashed.stateRevision == crashRevision)
     }
 
     @Test func writeIDsAreRecoverable() throws {
