@@ -280,15 +280,16 @@ public final class Journal {
 
     private func saveState(_ change: JournalChange) throws(SQLiteError) {
         let statement = upsertStateRow!
-        statement.bind(1, change.key)
-        statement.bind(2, blob: change.value)
         statement.bind(3, change.version)
         statement.bind(4, change.createRevision)
         statement.bind(5, change.revision)
         statement.bind(6, change.expiresAtMilliseconds)
         statement.bind(7, change.kind == .put ? Int64(0) : Int64(1))
-        statement.bind(8, blob: change.session)
-        try statement.run()
+        try statement.borrowing(text: change.key, at: 1) { () throws(SQLiteError) in
+            try statement.borrowing(blob: change.value, at: 2) { () throws(SQLiteError) in
+                try statement.borrowing(blob: change.session, at: 8) { () throws(SQLiteError) in try statement.run() }
+            }
+        }
     }
 
     /// Runs `body` in one write transaction: committed if it returns, rolled back if it throws.
@@ -313,15 +314,17 @@ public final class Journal {
         statement.bind(2, Int64(change.part))
         statement.bind(3, Int64(change.parts))
         statement.bind(4, change.kind.rawValue)
-        statement.bind(5, change.key)
-        statement.bind(6, blob: change.value)
         statement.bind(7, change.version)
         statement.bind(8, change.createRevision)
         statement.bind(9, change.expiresAtMilliseconds)
         statement.bind(10, change.timestampMilliseconds)
-        statement.bind(11, blob: change.writeID)
-        statement.bind(12, blob: change.session)
-        try statement.run()
+        try statement.borrowing(text: change.key, at: 5) { () throws(SQLiteError) in
+            try statement.borrowing(blob: change.value, at: 6) { () throws(SQLiteError) in
+                try statement.borrowing(blob: change.writeID, at: 11) { () throws(SQLiteError) in
+                    try statement.borrowing(blob: change.session, at: 12) { () throws(SQLiteError) in try statement.run() }
+                }
+            }
+        }
     }
 
     // MARK: Reading

@@ -112,6 +112,31 @@ final class SQLiteStatement {
     }
     func bindNull(_ index: Int32) { sqlite3_bind_null(statement, index) }
 
+    /// Binds `text` without copying it and calls `body`, which runs the statement while the
+    /// bytes are valid (SQLite would otherwise copy every text and blob it is given).
+    func borrowing(text: String, at index: Int32, _ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
+        var text = text
+        try text.withUTF8 { utf8 in
+            // A zero-length text must still be text, not NULL.
+            let base = UnsafeRawPointer(utf8.baseAddress ?? UnsafePointer(bitPattern: 1)!).assumingMemoryBound(to: CChar.self)
+            sqlite3_bind_text(statement, index, base, Int32(utf8.count), nil)  // nil: SQLITE_STATIC
+            return Result { () throws(SQLiteError) in try body() }
+        }.get()
+    }
+
+    /// Binds `blob` (NULL for `nil`) without copying it and calls `body`, which runs the
+    /// statement while the bytes are valid.
+    func borrowing(blob: [UInt8]?, at index: Int32, _ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
+        guard let blob else {
+            sqlite3_bind_null(statement, index)
+            return try body()
+        }
+        try blob.withUnsafeBytes { buffer in
+            sqlite3_bind_blob(statement, index, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(buffer.count), nil)
+            return Result { () throws(SQLiteError) in try body() }
+        }.get()
+    }
+
     /// Advances to the next row. - Returns: `true` for a row, `false` when done.
     @discardableResult
     func step() throws(SQLiteError) -> Bool {
