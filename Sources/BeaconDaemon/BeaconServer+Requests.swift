@@ -5,25 +5,25 @@ import Foundation
 import SwiftProtobuf
 
 extension BeaconServer {
-    /// Handles one message from the request socket: routing envelope, then the body.
-    func handle(_ frames: [ZMQMessage]) {
+    /// Handles one message from the request socket: its body, and the routing envelope that
+    /// came before it, which the reply goes back with.
+    func handle(_ body: ZMQMessage, envelope: [ZMQMessage]) {
         counters.requests += 1
-        guard frames.count >= 2 else { return }  // a ROUTER always prepends the peer's id
-        let envelope = Array(frames.dropLast())
-        current = requestContext(of: frames[frames.count - 1])
-        if let put = frames[frames.count - 1].withUnsafeBytes({ FastPut.parse($0) }) {
+        guard !envelope.isEmpty else { return }  // a ROUTER always prepends the peer's id
+        current = requestContext(of: body)
+        if let put = body.withUnsafeBytes({ FastPut.parse($0) }) {
             return stageWrite(put, envelope: envelope)
         }
         let request: Beacon_V1_Request
         do {
-            request = try frames[frames.count - 1].withUnsafeBytes { buffer in
+            request = try body.withUnsafeBytes { buffer in
                 // Decoded in place: the Data borrows the frame's bytes for the call only.
                 guard let base = buffer.baseAddress else { return Beacon_V1_Request() }
                 return try Beacon_V1_Request(serializedBytes: Data(
                     bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: buffer.count, deallocator: .none))
             }
         } catch {
-            logger.debug("malformed request", metadata: ["bytes": "\(frames[frames.count - 1].count)"])
+            logger.debug("malformed request", metadata: ["bytes": "\(body.count)"])
             return reject(envelope, 0, .malformed, "the body is not a beacon.v1.Request: \(error)")
         }
         switch request.op {

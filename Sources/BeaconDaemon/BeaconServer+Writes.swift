@@ -327,8 +327,11 @@ extension BeaconServer {
             for write in batch {
                 counters.writes += 1
                 guard let envelope = write.envelope else { continue }
-                send(body: WireEncoder.writeReply(id: write.requestID, revision: write.changes[0].revision,
-                                                  versions: write.changes.map(\.version)), to: envelope)
+                let revision = write.changes[0].revision
+                let reply = write.changes.count == 1
+                    ? WireEncoder.writeReply(id: write.requestID, revision: revision, version: write.changes[0].version)
+                    : WireEncoder.writeReply(id: write.requestID, revision: revision, versions: write.changes.map(\.version))
+                send(body: reply, to: envelope)
             }
             submitStagedIfIdle()
         case .failure(let error):

@@ -464,9 +464,10 @@ public final class BeaconServer: @unchecked Sendable {
                 logger.warning("receive failed", metadata: ["error": "\(error)"])
                 break
             }
-            guard let frames else { break }
+            guard var frames else { break }
             count += 1
-            handle(frames)
+            let body = frames.removeLast()  // in place: the array is this loop's alone
+            handle(body, envelope: frames)
             if staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.
                 waitForCommitThenSubmit()

@@ -32,11 +32,14 @@ struct SignalStore {
     /// What ``apply(_:)`` replaced, to put back with ``undo(_:)``.
     struct Undo {
         fileprivate var previousHead: UInt64
-        /// Each changed record number with the record it had before (`nil`: the key was new).
-        fileprivate var replaced: [(id: UInt32, previous: EntryRecord?)]
+        /// The first changed record number with the record it had before (`nil`: the key was
+        /// new). Held apart from the rest: most writes change one key, and need no array.
+        fileprivate var first: (id: UInt32, previous: EntryRecord?)?
+        /// The other changed record numbers with their previous records, in order.
+        fileprivate var rest: [(id: UInt32, previous: EntryRecord?)] = []
 
         /// The modification revision of the first changed key before the change, if it existed.
-        var firstPreviousModRevision: UInt64? { replaced.first?.previous?.header.modRevision }
+        var firstPreviousModRevision: UInt64? { first?.previous?.header.modRevision }
     }
 
     private(set) var headRevision: UInt64 = 0
@@ -100,8 +103,8 @@ struct SignalStore {
     /// Applies one committed revision's changes and advances the head.
     @discardableResult
     mutating func apply(_ changes: [JournalChange]) -> Undo {
-        var undo = Undo(previousHead: headRevision, replaced: [])
-        undo.replaced.reserveCapacity(changes.count)
+        var undo = Undo(previousHead: headRevision)
+        if changes.count > 1 { undo.rest.reserveCapacity(changes.count - 1) }
         for change in changes {
             withUTF8Bytes(change.key) { key in
                 let record = EntryRecord.make(
@@ -110,7 +113,7 @@ struct SignalStore {
                     expiresAtMilliseconds: change.expiresAtMilliseconds, isDeleted: change.kind != .put)
                 let (id, previous) = put(record, key: key)
                 if previous == nil { unordered.append(id) }
-                undo.replaced.append((id, previous))
+                if undo.first == nil { undo.first = (id, previous) } else { undo.rest.append((id, previous)) }
             }
             headRevision = max(headRevision, change.revision)
         }
@@ -119,17 +122,21 @@ struct SignalStore {
 
     /// Puts back what ``apply(_:)`` replaced.
     mutating func undo(_ undo: Undo) {
-        for (id, previous) in undo.replaced.reversed() {
-            guard let current = records[Int(id)] else { continue }
-            if !current.header.isDeleted { liveCount -= 1 }
-            if let previous {
-                records[Int(id)] = previous
-                if !previous.header.isDeleted { liveCount += 1 }
-            } else {
-                remove(id)
-            }
-        }
+        for (id, previous) in undo.rest.reversed() { restore(id, to: previous) }
+        if let (id, previous) = undo.first { restore(id, to: previous) }
         headRevision = undo.previousHead
+    }
+
+    /// Puts back the record that number `id` had before a change (`nil`: the key was new).
+    private mutating func restore(_ id: UInt32, to previous: EntryRecord?) {
+        guard let current = records[Int(id)] else { return }
+        if !current.header.isDeleted { liveCount -= 1 }
+        if let previous {
+            records[Int(id)] = previous
+            if !previous.header.isDeleted { liveCount += 1 }
+        } else {
+            remove(id)
+        }
     }
 
     /// Drops tombstones at or below `revision` (after journal compaction).

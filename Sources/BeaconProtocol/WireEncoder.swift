@@ -114,15 +114,24 @@ public struct WireEncoder {
 
     /// Encodes a `beacon.v1.Reply` carrying a `WriteReply`.
     public static func writeReply(id: UInt64, revision: UInt64, versions: [UInt64], replayed: Bool = false) -> [UInt8] {
-        var encoder = WireEncoder(capacity: 32 + versions.count * 2)
+        writeReply(id: id, revision: revision, versionCount: versions.count, replayed: replayed) { packed in
+            for version in versions { packed.varint(version) }
+        }
+    }
+
+    /// Encodes a `beacon.v1.Reply` carrying the `WriteReply` of a write that changed one key.
+    public static func writeReply(id: UInt64, revision: UInt64, version: UInt64) -> [UInt8] {
+        writeReply(id: id, revision: revision, versionCount: 1, replayed: false) { $0.varint(version) }
+    }
+
+    private static func writeReply(id: UInt64, revision: UInt64, versionCount: Int, replayed: Bool,
+                                   versions: (inout WireEncoder) -> Void) -> [UInt8] {
+        var encoder = WireEncoder(capacity: 32 + versionCount * 2)
         encoder.field(1, id)
         encoder.message(14) { write in
             write.field(1, revision)
-            if !versions.isEmpty {
-                var packed = WireEncoder(capacity: versions.count * 2)
-                for version in versions { packed.varint(version) }
-                write.field(2, bytes: packed.bytes)
-            }
+            // Packed: the varints behind one length, written in place.
+            if versionCount > 0 { write.message(2, versions) }
             write.field(3, replayed ? 1 : 0)
         }
         return encoder.bytes

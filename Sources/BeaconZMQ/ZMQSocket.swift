@@ -170,7 +170,9 @@ public final class ZMQSocket {
     public func receiveMessage(flags: ZMQFlags = []) throws(ZMQError) -> [ZMQMessage]? {
         let first = ZMQMessage()
         guard try receive(into: first, flags: flags) else { return nil }
-        var frames = [first]
+        var frames: [ZMQMessage] = []
+        frames.reserveCapacity(2)  // a routing id and a body, in one allocation
+        frames.append(first)
         while frames[frames.count - 1].hasMore {
             let next = ZMQMessage()
             try receive(into: next)

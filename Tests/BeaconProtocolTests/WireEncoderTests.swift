@@ -67,5 +67,12 @@ struct WireEncoderTests {
         }
         #expect(try Beacon_V1_Reply(serializedBytes: encoded) == expected)
         #expect(encoded == (try expected.serializedBytes() as [UInt8]))
+
+        // One key, and a transaction whose packed versions outgrow a one-byte length.
+        let single = Beacon_V1_Reply.with { $0.id = 7; $0.write = .with { $0.revision = 9; $0.versions = [12] } }
+        #expect(WireEncoder.writeReply(id: 7, revision: 9, version: 12) == (try single.serializedBytes() as [UInt8]))
+        let versions = (0..<100).map { UInt64($0) << 20 }
+        let many = Beacon_V1_Reply.with { $0.id = 8; $0.write = .with { $0.revision = 10; $0.versions = versions } }
+        #expect(WireEncoder.writeReply(id: 8, revision: 10, versions: versions) == (try many.serializedBytes() as [UInt8]))
     }
 }
