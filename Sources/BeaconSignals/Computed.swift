@@ -20,6 +20,20 @@ public final class Computed<Value>: Signal<Value> {
         super.init(flags: NodeFlags.computed)
     }
 
+    /// A computed whose changes are judged by `==`, called directly rather than through an
+    /// `equals` closure (one closure call and one retain fewer per recomputation).
+    @inlinable
+    static func make(_ body: @escaping () -> Value) -> Computed<Value> where Value: Equatable {
+        Computed(compute: { node in
+            let newValue = body()
+            if node.flags & NodeFlags.evaluated != 0, node.cached.unsafelyUnwrapped == newValue {
+                return false
+            }
+            node.cached = newValue
+            return true
+        })
+    }
+
     @inlinable
     static func make(_ body: @escaping () -> Value, equals: ((Value, Value) -> Bool)?) -> Computed<Value> {
         Computed(compute: { node in
@@ -88,7 +102,7 @@ public final class Computed<Value>: Signal<Value> {
 /// - Returns: a read-only signal of the result.
 @inlinable
 public func computed<Value: Equatable>(_ body: @escaping () -> Value) -> Computed<Value> {
-    Computed.make(body, equals: { $0 == $1 })
+    Computed.make(body)
 }
 
 /// A derived signal whose every recomputation counts as a change.

@@ -93,9 +93,9 @@ struct DynamicGraph<F: BenchFramework> {
         let counter = Counter()
         self.counter = counter
         var random = SuiteRandom()
-        var row = Self.makeRow(f, sources, config, counter, &random) { f.read($0) }
+        var row = Self.makeRow(f, sources, config, counter, &random, SourceReader<F>.self)
         for _ in 1..<(config.totalLayers - 1) {
-            row = Self.makeRow(f, row, config, counter, &random) { f.read($0) }
+            row = Self.makeRow(f, row, config, counter, &random, DerivedReader<F>.self)
         }
         var pick = SuiteRandom()
         var leaves = row
@@ -127,10 +127,10 @@ struct DynamicGraph<F: BenchFramework> {
     }
 
     @inline(__always)
-    private static func makeRow<Node>(
-        _ f: F, _ previous: [Node], _ config: GraphConfig, _ counter: Counter,
-        _ random: inout SuiteRandom, read: @escaping (Node) -> Double
-    ) -> [F.Derived] {
+    private static func makeRow<Reader: NodeReader>(
+        _ f: F, _ previous: [Reader.Node], _ config: GraphConfig, _ counter: Counter,
+        _ random: inout SuiteRandom, _ reader: Reader.Type
+    ) -> [F.Derived] where Reader.Framework == F {
         previous.indices.map { index in
             let inputs = (0..<config.nSources).map { previous[(index + $0) % previous.count] }
             if random.next() < config.staticFraction {
@@ -138,7 +138,7 @@ struct DynamicGraph<F: BenchFramework> {
                     counter.count += 1
                     var sum = 0.0
                     for input in inputs {
-                        sum += read(input)
+                        sum += Reader.read(f, input)
                     }
                     return sum
                 }
@@ -148,7 +148,7 @@ struct DynamicGraph<F: BenchFramework> {
             let tail = Array(inputs.dropFirst())
             return f.computed {
                 counter.count += 1
-                var sum = read(first)
+                var sum = Reader.read(f, first)
                 // JavaScript's `sum & 1` and `sum % tail.length`.
                 let shouldDrop = Int64(jsRemainder(sum, 4_294_967_296)) & 1 != 0
                 let dropIndex = jsRemainder(sum, Double(tail.count))
@@ -156,10 +156,29 @@ struct DynamicGraph<F: BenchFramework> {
                     if shouldDrop && Double(i) == dropIndex {
                         continue
                     }
-                    sum += read(tail[i])
+                    sum += Reader.read(f, tail[i])
                 }
                 return sum
             }
         }
     }
+}
+
+/// Reads one kind of node (a source or a computed) of a framework. A type parameter rather than
+/// a closure, so that the specialised graph calls the framework's `read` directly: a closure
+/// taking a generic node is called with the node passed indirectly, retained around each call.
+protocol NodeReader {
+    associatedtype Framework: BenchFramework
+    associatedtype Node
+    static func read(_ f: Framework, _ node: Node) -> Double
+}
+
+enum SourceReader<Framework: BenchFramework>: NodeReader {
+    @inline(__always)
+    static func read(_ f: Framework, _ node: Framework.Source) -> Double { f.read(node) }
+}
+
+enum DerivedReader<Framework: BenchFramework>: NodeReader {
+    @inline(__always)
+    static func read(_ f: Framework, _ node: Framework.Derived) -> Double { f.read(node) }
 }

@@ -145,7 +145,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
         }
     }
 
-    @usableFromInline
+    @inlinable
     var epoch: UInt64 {
         @inline(__always) get { globalEpoch.load(ordering: .relaxed) }
     }
