@@ -151,3 +151,58 @@ extension UnsafeMutablePointer where Pointee == LinkState {
         @inline(__always) nonmutating set { pointee.isSubscribed = newValue }
     }
 }
+
+/// A stack of node or link pointers in manually managed memory: the graph walks' scratch space.
+/// Pushing and popping need no uniqueness check, unlike an `Array` stored in the context.
+///
+/// It lives in the thread's `ContextState` and is never copied; `deallocate()` frees it when the
+/// thread's context goes.
+@usableFromInline
+struct ScratchStack<Element> {
+    private var base: UnsafeMutablePointer<Element>?
+    private(set) var count = 0
+    private var capacity = 0
+
+    init() {}
+
+    @inline(__always)
+    mutating func push(_ element: Element) {
+        if count == capacity {
+            grow()
+        }
+        (base.unsafelyUnwrapped + count).initialize(to: element)
+        count += 1
+    }
+
+    /// Removes and returns the top element; the stack must not be empty.
+    @inline(__always)
+    mutating func pop() -> Element {
+        count -= 1
+        return (base.unsafelyUnwrapped + count).move()
+    }
+
+    /// The top element; the stack must not be empty.
+    var top: Element {
+        @inline(__always) get { base.unsafelyUnwrapped[count - 1] }
+    }
+
+    @inline(never)
+    private mutating func grow() {
+        let newCapacity = Swift.max(64, capacity * 2)
+        let grown = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
+        if let base {
+            grown.moveInitialize(from: base, count: count)
+            base.deallocate()
+        }
+        base = grown
+        capacity = newCapacity
+    }
+
+    mutating func deallocate() {
+        base?.deinitialize(count: count)
+        base?.deallocate()
+        base = nil
+        count = 0
+        capacity = 0
+    }
+}

@@ -132,12 +132,12 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                 // mark it stale. (Marking it stale here would break the rule that everything
                 // downstream of a stale node is stale too, and stop propagation short.)
                 dep.flags &= ~NodeFlags.stale
-                pointee.subscribeStack.append(dep)
+                pointee.subscribeStack.push(dep)
             }
             // Continue with the next not yet subscribed link of a newly watched node.
             var next: LinkRef?
             while next == nil && pointee.subscribeStack.count > base {
-                let node = pointee.subscribeStack[pointee.subscribeStack.count - 1]
+                let node = pointee.subscribeStack.top
                 var candidate = node.firstDep
                 while let c = candidate, c.isSubscribed {
                     candidate = c.nextDep
@@ -145,7 +145,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                 if let candidate {
                     next = candidate
                 } else {
-                    pointee.subscribeStack.removeLast()
+                    _ = pointee.subscribeStack.pop()
                 }
             }
             guard let next else { return }
@@ -236,7 +236,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                         }
                     } else if let firstSub = sub.firstSub {
                         if let nextSub = current.nextSub {
-                            pointee.propagationStack.append(nextSub)
+                            pointee.propagationStack.push(nextSub)
                         }
                         link = firstSub
                         continue
@@ -247,7 +247,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             if pointee.propagationStack.count == base {
                 return
             }
-            link = pointee.propagationStack.removeLast()
+            link = pointee.propagationStack.pop()
         }
     }
 
@@ -291,7 +291,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                         cycleDetected()
                     }
                     if dep.flags & NodeFlags.evaluated != 0 {
-                        pointee.validationStack.append(current)
+                        pointee.validationStack.push(current)
                         node = dep
                         link = dep.firstDep
                         continue
@@ -310,7 +310,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             if pointee.validationStack.count == base {
                 return
             }
-            let parent = pointee.validationStack.removeLast()
+            let parent = pointee.validationStack.pop()
             node = parent.sub
             link = parent
         }

@@ -56,11 +56,11 @@ struct ContextState {
     /// Effects to run at the end of the outermost write or batch; each holds a retain.
     var queuedEffects: [NodeRef] = []
     /// Scratch stack for validation.
-    var validationStack: [LinkRef] = []
+    var validationStack = ScratchStack<LinkRef>()
     /// Scratch stack for propagation.
-    var propagationStack: [LinkRef] = []
+    var propagationStack = ScratchStack<LinkRef>()
     /// Scratch stack for subscribing newly watched computeds.
-    var subscribeStack: [NodeRef] = []
+    var subscribeStack = ScratchStack<NodeRef>()
     /// Nodes that stopped being watched and must unsubscribe from their own dependencies.
     var unwatchQueue: [NodeRef] = []
     /// Objects whose release is deferred so that freeing a long chain never recurses deeply.
@@ -109,6 +109,9 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             link = current.pointee.nextDep
             current.deallocate()
         }
+        context.pointee.validationStack.deallocate()
+        context.pointee.propagationStack.deallocate()
+        context.pointee.subscribeStack.deallocate()
         context.deinitialize(count: 1)
         context.deallocate()
     }
@@ -177,7 +180,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     @usableFromInline
     func endBatch() {
         pointee.batchDepth -= 1
-        if pointee.batchDepth == 0 {
+        if pointee.batchDepth == 0 && !pointee.isFlushing && !pointee.queuedEffects.isEmpty {
             flush()
         }
     }
