@@ -9,10 +9,13 @@ public final class Computed<Value>: Signal<Value> {
     /// Runs the user's closure, compares with `cached` and stores; returns whether it changed.
     /// Built where the computed is created, so it is specialised for `Value`.
     /// Not optional: reading an optional closure through generic code re-abstracts it, which
-    /// allocates on every evaluation.
-    @exclusivity(unchecked) @usableFromInline var compute: (Computed<Value>) -> Bool
+    /// allocates on every evaluation. A `let`, so that calling it needs no retain of its context.
+    @usableFromInline let compute: (Computed<Value>) -> Bool
     /// For computeds over `Result`: the value a cycle produces instead of trapping.
     @exclusivity(unchecked) @usableFromInline var cycleValue: (() -> Value)?
+    /// Declared last, so destroyed last (Swift destroys stored properties in declaration order,
+    /// after every `deinit` body): it drains the releases this computed queued, see `deinit`.
+    private let drainAfterTeardown = DrainReleasesOnDestroy()
 
     @usableFromInline
     init(compute: @escaping (Computed<Value>) -> Bool) {
@@ -89,10 +92,23 @@ public final class Computed<Value>: Signal<Value> {
     }
 
     deinit {
-        // The closure may hold the previous link of a long chain: hand the only reference to
-        // the release loop so that freeing a chain never recurses.
+        // The closure may hold the previous link of a long chain. The release loop gets a
+        // reference to it, and `ReactiveNode.deinit` leaves the releases of this node's
+        // dependencies queued; `drainAfterTeardown`, destroyed after the closure property, runs
+        // the loop. So the loop, not this deinit, frees what the closure captured, and freeing a
+        // chain never recurses.
         ReactiveContext.current.dropLater(compute)
-        compute = { _ in false }
+    }
+}
+
+/// Runs the context's release loop when destroyed: the last stored property of a `Computed`.
+@usableFromInline
+struct DrainReleasesOnDestroy: ~Copyable {
+    @usableFromInline
+    init() {}
+
+    deinit {
+        ReactiveContext.current.drainReleases()
     }
 }
 

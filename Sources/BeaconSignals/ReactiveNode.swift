@@ -45,7 +45,9 @@ open class ReactiveNode {
     }
 
     deinit {
-        ReactiveContext.current.detach(node)
+        // A computed's releases are drained by its last stored property, once its closure is
+        // gone too (see `Computed.drainAfterTeardown`).
+        ReactiveContext.current.detach(node, drain: flags & NodeFlags.computed == 0)
     }
 }
 

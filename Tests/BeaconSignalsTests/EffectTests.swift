@@ -206,4 +206,23 @@ struct EffectTests {
         }
         #expect(result == [10_000, 10_005])
     }
+
+    @Test("a 10,000-deep chain that was never read frees on a 512 KiB thread stack")
+    func unreadDeepChainFreesOnSmallStack() async {
+        // Nothing links the chain: each computed is held only by the next one's closure.
+        let freed = await runOnThread(stackSize: 512 * 1024) { () -> Bool in
+            let head = MutableSignal(0)
+            weak var first: Computed<Int>?
+            do {
+                var current = computed { head.value + 1 }
+                first = current
+                for _ in 1..<10_000 {
+                    let previous = current
+                    current = computed { previous.value + 1 }
+                }
+            }
+            return first == nil
+        }
+        #expect(freed)
+    }
 }

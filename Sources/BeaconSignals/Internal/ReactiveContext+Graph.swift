@@ -79,7 +79,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     }
 
     @usableFromInline
-    func dropDependencies(of node: NodeRef, from first: LinkRef) {
+    func dropDependencies(of node: NodeRef, from first: LinkRef, drain: Bool = true) {
         if let previous = first.prevDep {
             previous.nextDep = nil
         } else {
@@ -98,7 +98,9 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             freeLink(current)
             releaseLater(dep)
         }
-        drainReleases()
+        if drain {
+            drainReleases()
+        }
     }
 
     // MARK: Watching
@@ -374,12 +376,13 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     // MARK: Teardown
 
     /// Removes a dying or disposed node from the graph: its dependency links go, and with them
-    /// the retains it held on its dependencies.
-    func detach(_ node: NodeRef) {
+    /// the retains it held on its dependencies. With `drain: false` the releases stay queued for
+    /// a later `drainReleases()`.
+    func detach(_ node: NodeRef, drain: Bool = true) {
         let first = node.firstDep
         node.trackCursor = nil
         if let first {
-            dropDependencies(of: node, from: first)
+            dropDependencies(of: node, from: first, drain: drain)
         }
     }
 }
