@@ -21,7 +21,8 @@ let publishedContextKey = Atomic<UInt64>(0)
 /// thread, whose reads then find their context by comparing thread ids rather than through
 /// `pthread_getspecific` (about half the instructions of a lookup). Set once and never freed, so
 /// that a reader on another thread can always dereference it; cleared when that thread ends.
-/// The address of a `PrimaryContext`, or 0.
+///
+/// Holds the address of a `PrimaryContext`, or 0.
 @usableFromInline
 let primaryContext = Atomic<UInt>(0)
 
