@@ -31,7 +31,7 @@ extension BeaconServer {
             let requestID = frames.count > 1 ? frames[1].bytes : []
             guard frames.count >= 6 else {
                 // A REP socket must answer before it can read again; libzmq never sends this.
-                try? zap.send(frames: ["1.0"].map { ZMQMessage(string: $0) } + [ZMQMessage(bytes: requestID)]
+                _ = try? zap.send(frames: ["1.0"].map { ZMQMessage(string: $0) } + [ZMQMessage(bytes: requestID)]
                     + ["500", "malformed ZAP request", "", ""].map { ZMQMessage(string: $0) })
                 continue
             }

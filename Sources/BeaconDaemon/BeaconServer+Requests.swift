@@ -7,37 +7,74 @@ import SwiftProtobuf
 extension BeaconServer {
     /// Handles one message from the request socket: its body, and the routing envelope that
     /// came before it, which the reply goes back with.
-    func handle(_ body: ZMQMessage, envelope: [ZMQMessage]) {
+    /// - Returns: how many requests it carried (a batch carries several).
+    @discardableResult
+    func handle(_ body: ZMQMessage, envelope: [ZMQMessage]) -> Int {
         counters.requests += 1
-        guard !envelope.isEmpty else { return }  // a ROUTER always prepends the peer's id
+        guard !envelope.isEmpty else { return 1 }  // a ROUTER always prepends the peer's id
         current = requestContext(of: body)
-        if let put = body.withUnsafeBytes({ FastPut.parse($0) }) {
-            return stageWrite(put, envelope: envelope)
+        return body.withUnsafeBytes { bytes in
+            if let batch = FastBatch.parse(bytes) {
+                guard let replies = startBatch(id: batch.id, count: batch.requests.count, envelope: envelope) else { return 1 }
+                for (slot, range) in batch.requests.enumerated() {
+                    handle(UnsafeRawBufferPointer(rebasing: bytes[range]), route: .batch(replies, slot: slot), inBatch: true)
+                }
+                return batch.requests.count
+            }
+            return handle(bytes, route: .peer(envelope), inBatch: false)
+        }
+    }
+
+    /// Handles one encoded request.
+    /// - Returns: how many requests it carried.
+    @discardableResult
+    private func handle(_ bytes: UnsafeRawBufferPointer, route: ReplyRoute, inBatch: Bool) -> Int {
+        if let put = FastPut.parse(bytes) {
+            stageWrite(put, route: route)
+            return 1
         }
         let request: Beacon_V1_Request
         do {
-            request = try body.withUnsafeBytes { buffer in
-                // Decoded in place: the Data borrows the frame's bytes for the call only.
-                guard let base = buffer.baseAddress else { return Beacon_V1_Request() }
-                return try Beacon_V1_Request(serializedBytes: Data(
-                    bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: buffer.count, deallocator: .none))
-            }
+            // Decoded in place: the Data borrows the frame's bytes for the call only.
+            guard let base = bytes.baseAddress else { return handle(Beacon_V1_Request(), route: route, inBatch: inBatch) }
+            request = try Beacon_V1_Request(serializedBytes: Data(
+                bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: bytes.count, deallocator: .none))
         } catch {
-            logger.debug("malformed request", metadata: ["bytes": "\(body.count)"])
-            return reject(envelope, 0, .malformed, "the body is not a beacon.v1.Request: \(error)")
+            logger.debug("malformed request", metadata: ["bytes": "\(bytes.count)"])
+            reject(route, 0, .malformed, "the body is not a beacon.v1.Request: \(error)")
+            return 1
         }
+        return handle(request, route: route, inBatch: inBatch)
+    }
+
+    /// Handles one decoded request.
+    /// - Returns: how many requests it carried.
+    @discardableResult
+    private func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool) -> Int {
         switch request.op {
         case .put, .delete, .txn:
-            stageWrite(request, envelope: envelope)
+            stageWrite(request, route: route)
+        case .batch(let batch):
+            // Reached when the fast path could not read the batch (unknown fields, say).
+            guard !inBatch else {
+                reject(route, request.id, .invalidArgument, "a batch cannot hold another batch")
+                return 1
+            }
+            guard case .peer(let envelope) = route,
+                  let replies = startBatch(id: request.id, count: batch.requests.count, envelope: envelope) else { return 1 }
+            for (slot, inner) in batch.requests.enumerated() {
+                handle(inner, route: .batch(replies, slot: slot), inBatch: true)
+            }
+            return batch.requests.count
         case nil:
-            reject(envelope, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
+            reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
         case .some(let op):
             // Reads see only committed state: commit what is staged first.
             flushWrites()
             do {
                 var reply = try answer(op)
                 reply.id = request.id
-                send(reply, to: envelope)
+                send(reply, to: route)
             } catch {
                 counters.rejected += 1
                 var reply = Beacon_V1_Reply()
@@ -45,9 +82,25 @@ extension BeaconServer {
                 var wireError = error.error
                 wireError.headRevision = store.headRevision
                 reply.error = wireError
-                send(reply, to: envelope)
+                send(reply, to: route)
             }
         }
+        return 1
+    }
+
+    /// The collector of a batch's replies, or `nil` after refusing a batch that is empty or
+    /// too long.
+    private func startBatch(id: UInt64, count: Int, envelope: [ZMQMessage]) -> BatchReplies? {
+        guard count > 0 else {
+            reject(.peer(envelope), id, .invalidArgument, "the batch holds no requests")
+            return nil
+        }
+        guard count <= WireLimits.maxBatchRequests else {
+            reject(.peer(envelope), id, .tooManyOperations, "the batch holds \(count) requests; the limit is \(WireLimits.maxBatchRequests)")
+            return nil
+        }
+        counters.requests += UInt64(count - 1)  // the batch counts as each request it holds
+        return BatchReplies(envelope: envelope, id: id, count: count)
     }
 
     private func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "") -> WriteRejection {
@@ -217,8 +270,8 @@ extension BeaconServer {
                 $0.expiresAtMs = keepAlive.ttlMs == 0 ? 0 : session.deadline
             }
 
-        case .put, .delete, .txn:
-            preconditionFailure("writes are staged, not answered here")
+        case .put, .delete, .txn, .batch:
+            preconditionFailure("writes are staged and batches unpacked, not answered here")
         }
         return reply
     }
@@ -306,7 +359,7 @@ extension BeaconServer {
 
     // MARK: Replies
 
-    func reject(_ envelope: [ZMQMessage], _ id: UInt64, _ code: Beacon_V1_Error.Code, _ message: String) {
+    func reject(_ route: ReplyRoute, _ id: UInt64, _ code: Beacon_V1_Error.Code, _ message: String) {
         counters.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
@@ -315,18 +368,27 @@ extension BeaconServer {
             $0.message = message
             $0.headRevision = store.headRevision
         }
-        send(reply, to: envelope)
+        send(reply, to: route)
     }
 
-    func send(_ reply: Beacon_V1_Reply, to envelope: [ZMQMessage]) {
+    func send(_ reply: Beacon_V1_Reply, to route: ReplyRoute) {
         guard let body: [UInt8] = try? reply.serializedBytes() else {
             logger.error("reply not encoded", metadata: ["reply.id": "\(reply.id)"])
             return
         }
-        send(body: body, to: envelope)
+        send(body: body, to: route)
     }
 
-    func send(body: [UInt8], to envelope: [ZMQMessage]) {
+    func send(body: [UInt8], to route: ReplyRoute) {
+        switch route {
+        case .peer(let envelope):
+            send(body: body, to: envelope)
+        case .batch(let replies, let slot):
+            if let whole = replies.fill(slot, with: body) { send(body: whole, to: replies.envelope) }
+        }
+    }
+
+    private func send(body: [UInt8], to envelope: [ZMQMessage]) {
         do {
             for frame in envelope {
                 try router.send(frame, flags: [.sendMore, .dontWait])

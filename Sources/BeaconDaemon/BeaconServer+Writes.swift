@@ -6,7 +6,8 @@ import SwiftProtobuf
 
 /// A write applied to the store and waiting for its group commit.
 struct StagedWrite {
-    var envelope: [ZMQMessage]?
+    /// Where the reply goes; `nil` for the daemon's own writes (expiries, ended sessions).
+    var route: ReplyRoute?
     var requestID: UInt64
     var changes: [JournalChange]
     var undo: SignalStore.Undo
@@ -73,51 +74,51 @@ struct WriteOp {
 
 extension BeaconServer {
     /// Stages a write decoded by SwiftProtobuf.
-    func stageWrite(_ request: Beacon_V1_Request, envelope: [ZMQMessage]) {
+    func stageWrite(_ request: Beacon_V1_Request, route: ReplyRoute) {
         switch request.op {
         case .put(let put):
-            stageWrite(id: request.id, [WriteOp(put)], writeID: Array(put.writeID), envelope: envelope)
+            stageWrite(id: request.id, [WriteOp(put)], writeID: Array(put.writeID), route: route)
         case .delete(let delete):
-            stageWrite(id: request.id, [WriteOp(delete)], writeID: Array(delete.writeID), envelope: envelope)
+            stageWrite(id: request.id, [WriteOp(delete)], writeID: Array(delete.writeID), route: route)
         case .txn(let txn):
             var ops: [WriteOp] = []
             ops.reserveCapacity(txn.ops.count)
             for (index, op) in txn.ops.enumerated() {
                 guard let converted = WriteOp(op) else {
-                    return reject(envelope, request.id, .unknownRequest, "operation \(index): sets neither put nor delete")
+                    return reject(route, request.id, .unknownRequest, "operation \(index): sets neither put nor delete")
                 }
                 ops.append(converted)
             }
-            stageWrite(id: request.id, ops, writeID: Array(txn.writeID), envelope: envelope)
+            stageWrite(id: request.id, ops, writeID: Array(txn.writeID), route: route)
         default:
             preconditionFailure("not a write")
         }
     }
 
     /// Stages a put parsed by the fast path.
-    func stageWrite(_ put: FastPut, envelope: [ZMQMessage]) {
+    func stageWrite(_ put: FastPut, route: ReplyRoute) {
         var op = WriteOp(key: put.key, action: .put(encodedValue: put.encodedValue, createOnly: put.createOnly,
                                                     ttlMilliseconds: put.ttlMilliseconds, session: []), ifVersion: put.ifVersion)
         if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: put.encodedValue.count) {
             op.valueProblem = (.valueTooLarge, problem.description)
         }
-        stageWrite(id: put.id, [op], writeID: put.writeID, envelope: envelope)
+        stageWrite(id: put.id, [op], writeID: put.writeID, route: route)
     }
 
-    private func stageWrite(id: UInt64, _ ops: [WriteOp], writeID: [UInt8], envelope: [ZMQMessage]) {
+    private func stageWrite(id: UInt64, _ ops: [WriteOp], writeID: [UInt8], route: ReplyRoute) {
         if writeID.count > WireLimits.maxWriteIDBytes {
-            return reject(envelope, id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
+            return reject(route, id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
         if !writeID.isEmpty {
             // A retry of a write still staged or committing: answer it once that one is done.
             if pendingWriteIDs.contains(writeID) { flushWrites() }
             if let revision = writeIDs[writeID] {
-                return replayWrite(envelope, id, revision: revision)
+                return replayWrite(route, id, revision: revision)
             }
         }
         let now = Journal.nowMilliseconds()
         if readOnlyUntilMilliseconds > now {
-            return reject(envelope, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
+            return reject(route, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
         }
         do throws(WriteRejection) {
             try admit(ops, now: now)
@@ -140,7 +141,7 @@ extension BeaconServer {
                     sessions.bind(change.key, to: change.session, now: now, ttl: live.sessionTTLMilliseconds)
                 }
             }
-            staged.append(StagedWrite(envelope: envelope, requestID: id, changes: changes, undo: undo,
+            staged.append(StagedWrite(route: route, requestID: id, changes: changes, undo: undo,
                                       writeID: writeID.isEmpty ? nil : writeID))
             stagedChanges.append(contentsOf: changes)
             if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
@@ -151,7 +152,7 @@ extension BeaconServer {
             var wireError = error.error
             wireError.headRevision = store.headRevision
             reply.error = wireError
-            send(reply, to: envelope)
+            send(reply, to: route)
         }
     }
 
@@ -326,12 +327,12 @@ extension BeaconServer {
             }
             for write in batch {
                 counters.writes += 1
-                guard let envelope = write.envelope else { continue }
+                guard let route = write.route else { continue }
                 let revision = write.changes[0].revision
                 let reply = write.changes.count == 1
                     ? WireEncoder.writeReply(id: write.requestID, revision: revision, version: write.changes[0].version)
                     : WireEncoder.writeReply(id: write.requestID, revision: revision, versions: write.changes.map(\.version))
-                send(body: reply, to: envelope)
+                send(body: reply, to: route)
             }
             submitStagedIfIdle()
         case .failure(let error):
@@ -345,19 +346,19 @@ extension BeaconServer {
             logger.error("journal commit failed; refusing writes for 1 s", metadata: [
                 "error": "\(error)", "writes": "\(refused.count)"])
             for write in refused {
-                guard let envelope = write.envelope else {
+                guard let route = write.route else {
                     // An expiry: try again once the journal accepts writes.
                     if let change = write.changes.first, let modRevision = write.undo.firstPreviousModRevision {
                         expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: modRevision))
                     }
                     continue
                 }
-                reject(envelope, write.requestID, .readOnly, "the journal cannot be written (\(error)); nothing was changed")
+                reject(route, write.requestID, .readOnly, "the journal cannot be written (\(error)); nothing was changed")
             }
         }
     }
 
-    private func replayWrite(_ envelope: [ZMQMessage], _ id: UInt64, revision: UInt64) {
+    private func replayWrite(_ route: ReplyRoute, _ id: UInt64, revision: UInt64) {
         flushWrites()  // the journal is the loop's to read only with no commit in flight
         var reply = Beacon_V1_Reply()
         reply.id = id
@@ -367,7 +368,7 @@ extension BeaconServer {
             $0.versions = versions
             $0.replayed = true
         }
-        send(reply, to: envelope)
+        send(reply, to: route)
     }
 
     // MARK: Publishing
@@ -474,7 +475,7 @@ extension BeaconServer {
                                        version: 0, createRevision: 0, timestampMilliseconds: now)
             let undo = store.apply([change])
             access.recordOwnership(of: [change], peer: nil)
-            staged.append(StagedWrite(envelope: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
+            staged.append(StagedWrite(route: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
             stagedChanges.append(change)
         }
         submitStagedIfIdle()
@@ -492,7 +493,7 @@ extension BeaconServer {
             }
             let undo = store.apply(changes)
             access.recordOwnership(of: changes, peer: nil)
-            staged.append(StagedWrite(envelope: nil, requestID: 0, changes: changes, undo: undo, writeID: nil))
+            staged.append(StagedWrite(route: nil, requestID: 0, changes: changes, undo: undo, writeID: nil))
             stagedChanges.append(contentsOf: changes)
             logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
         }

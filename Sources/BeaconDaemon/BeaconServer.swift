@@ -465,9 +465,8 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             guard var frames else { break }
-            count += 1
             let body = frames.removeLast()  // in place: the array is this loop's alone
-            handle(body, envelope: frames)
+            count += handle(body, envelope: frames)  // a batch counts as each request it holds
             if staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.
                 waitForCommitThenSubmit()

@@ -15,7 +15,7 @@ public struct FastPut {
 
     /// Parses `bytes` as a `Request` holding a scalar `Put`, or returns `nil`.
     public static func parse(_ bytes: UnsafeRawBufferPointer) -> FastPut? {
-        var reader = Reader(bytes: bytes, index: 0, end: bytes.count)
+        var reader = ProtoReader(bytes: bytes, index: 0, end: bytes.count)
         var result = FastPut()
         var sawPut = false
         while !reader.atEnd {
@@ -36,7 +36,7 @@ public struct FastPut {
     }
 
     private static func parsePut(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int, into result: inout FastPut) -> Bool {
-        var reader = Reader(bytes: bytes, index: start, end: end)
+        var reader = ProtoReader(bytes: bytes, index: start, end: end)
         var sawValue = false
         var seen: UInt8 = 0
         while !reader.atEnd {
@@ -74,7 +74,7 @@ public struct FastPut {
 
     /// Whether `bytes[start..<end]` is a `Value` with exactly one scalar field set.
     private static func isScalarValue(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Bool {
-        var reader = Reader(bytes: bytes, index: start, end: end)
+        var reader = ProtoReader(bytes: bytes, index: start, end: end)
         guard let (field, wire) = reader.tag() else { return false }
         switch (field, wire) {
         case (1, 0), (2, 0), (3, 0):
@@ -90,44 +90,5 @@ public struct FastPut {
             return false
         }
         return reader.atEnd
-    }
-
-    private struct Reader {
-        let bytes: UnsafeRawBufferPointer
-        var index: Int
-        let end: Int
-
-        var atEnd: Bool { index >= end }
-
-        mutating func varint() -> UInt64? {
-            var value: UInt64 = 0
-            var shift: UInt64 = 0
-            while index < end && shift < 64 {
-                let byte = bytes[index]
-                index += 1
-                value |= UInt64(byte & 0x7F) << shift
-                if byte & 0x80 == 0 { return value }
-                shift += 7
-            }
-            return nil
-        }
-
-        mutating func tag() -> (UInt64, UInt8)? {
-            guard let tag = varint(), tag >> 3 != 0 else { return nil }
-            return (tag >> 3, UInt8(tag & 7))
-        }
-
-        mutating func lengthDelimited() -> (Int, Int)? {
-            guard let length = varint(), length <= UInt64(end - index) else { return nil }
-            let start = index
-            index += Int(length)
-            return (start, index)
-        }
-
-        mutating func skip(_ count: Int) -> Bool {
-            guard end - index >= count else { return false }
-            index += count
-            return true
-        }
     }
 }

@@ -112,6 +112,27 @@ public struct WireEncoder {
         return encoder.bytes
     }
 
+    /// Encodes a `beacon.v1.Request` carrying a `Batch` of already encoded requests.
+    public static func batchRequest(id: UInt64, requests: [[UInt8]]) -> [UInt8] {
+        batch(id: id, requests)
+    }
+
+    /// Encodes a `beacon.v1.Reply` carrying a `BatchReply` of already encoded replies.
+    public static func batchReply(id: UInt64, replies: [[UInt8]]) -> [UInt8] {
+        batch(id: id, replies)
+    }
+
+    /// A message with `id` (field 1) and field 22 (`Batch` in a request, `BatchReply` in a reply)
+    /// holding `items` as its repeated field 1.
+    private static func batch(id: UInt64, _ items: [[UInt8]]) -> [UInt8] {
+        var encoder = WireEncoder(capacity: 16 + items.reduce(0) { $0 + $1.count + 3 })
+        encoder.field(1, id)
+        encoder.message(22) { batch in
+            for item in items { batch.message(1) { $0.bytes.append(contentsOf: item) } }
+        }
+        return encoder.bytes
+    }
+
     /// Encodes a `beacon.v1.Reply` carrying a `WriteReply`.
     public static func writeReply(id: UInt64, revision: UInt64, versions: [UInt64], replayed: Bool = false) -> [UInt8] {
         writeReply(id: id, revision: revision, versionCount: versions.count, replayed: replayed) { packed in

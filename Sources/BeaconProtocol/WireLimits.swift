@@ -10,6 +10,8 @@ public enum WireLimits {
     public static let maxValueDepth = 32
     /// Most operations in one transaction.
     public static let maxTxnOps = 1024
+    /// Most requests in one batch.
+    public static let maxBatchRequests = 1024
     /// Longest write id, in bytes.
     public static let maxWriteIDBytes = 64
     /// Maximum length of a session id.

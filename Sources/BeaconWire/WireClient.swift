@@ -202,6 +202,20 @@ public final class WireClient {
         return try expectWrite(call(.txn(txn), timeoutMilliseconds: timeoutMilliseconds))
     }
 
+    /// Sends `ops` as one `Batch` request: each is handled as if sent on its own, in order.
+    /// - Returns: each operation's reply, in order; a refused one is an `error` reply.
+    /// - Throws: ``WireError`` when the batch as a whole is refused (empty, too long) or times out.
+    public func batch(_ ops: [Beacon_V1_Request.OneOf_Op], timeoutMilliseconds: Int = 5000) throws(WireError) -> [Beacon_V1_Reply] {
+        var batch = Beacon_V1_Batch()
+        batch.requests = ops.map { op in
+            defer { nextID += 1 }
+            return .with { $0.id = nextID; $0.op = op }
+        }
+        let reply = try call(.batch(batch), timeoutMilliseconds: timeoutMilliseconds)
+        guard case .batch(let replies) = reply.result else { throw unexpected(reply) }
+        return replies.replies
+    }
+
     /// The current state of `key`.
     public func get(_ key: String, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_KeyValue {
         let reply = try call(.get(.with { $0.key = key }), timeoutMilliseconds: timeoutMilliseconds)

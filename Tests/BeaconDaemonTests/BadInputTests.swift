@@ -48,11 +48,29 @@ struct BadInputTests {
         expectRejection(.futureRevision) { _ = try client.snapshot(prefix: "", revision: 99) }
         expectRejection(.futureRevision) { _ = try client.call(.compact(.with { $0.revision = 99 })) }
 
+        // Batches: empty, too long, nested, or holding a bad request.
+        expectRejection(.invalidArgument) { _ = try client.batch([]) }
+        expectRejection(.tooManyOperations) {
+            _ = try client.batch((0...WireLimits.maxBatchRequests).map { _ in .ping(.init()) })
+        }
+        let nested = try client.batch([.batch(.with { $0.requests = [.with { $0.id = 1; $0.ping = .init() }] })])
+        #expect(nested.map(\.error.code) == [.invalidArgument])
+        let putOK = WireEncoder.putRequest(id: 41, key: "ok", encodedValue: try Beacon_V1_Value.int(5).serializedBytes())
+        try client.send(rawBody: WireEncoder.batchRequest(id: 40, requests: [[0xFF, 0xFF, 0xFF], [], putOK]))
+        let mixed = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        #expect(mixed.id == 40)
+        #expect(mixed.batch.replies.map(\.error.code) == [.malformed, .unknownRequest, .unspecified])
+        #expect(mixed.batch.replies[2].write.versions == [2], "the good write of a batch applies")
+        // A batch the fast path does not read (an unknown field) is decoded and handled the same.
+        try client.send(rawBody: WireEncoder.batchRequest(id: 42, requests: [putOK]) + [0xFA, 0x3E, 0x00])
+        let decoded = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        #expect(decoded.id == 42 && decoded.batch.replies.map(\.write.versions) == [[3]])
+
         // Nothing changed, and the daemon still serves.
         let stats = try client.stats()
-        #expect(stats.headRevision == 1)
+        #expect(stats.headRevision == 3)
         #expect(stats.keys == 1)
-        #expect(try client.get("ok").value.intValue == 1)
+        #expect(try client.get("ok").value.intValue == 5)
         #expect(try client.list("").map(\.key) == ["ok"])
         await daemon.stop()
     }

@@ -159,6 +159,83 @@ struct PipelineTests {
     }
 }
 
+extension WriteTests {
+    @Test func aBatchsRequestsAreHandledInOrderEachWithItsOwnRevisionAndReply() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        try client.subscribe("b.")
+        _ = try awaitPublication(client) {
+            if case .heartbeat(let h) = $0 { return h.prefixes.contains { $0.prefix == "b." } } else { return false }
+        }
+        let replies = try client.batch([
+            .put(.with { $0.key = "b.one"; $0.value = .int(1) }),                        // the fast path
+            .put(.with { $0.key = "b.two"; $0.value = .with { $0.listValue.items = [.int(2)] } }),  // SwiftProtobuf
+            .put(.with { $0.key = "b.one"; $0.value = .int(9); $0.ifVersion = 5 }),      // refused, changes nothing
+            .txn(.with { $0.ops = [putOp("b.three", .int(3)), putOp("b.four", .int(4))] }),
+            .delete(.with { $0.key = "b.one" }),
+            .get(.with { $0.key = "b.two" }),                                              // sees the writes before it
+            .ping(.init()),
+        ])
+        try #require(replies.count == 7)
+        #expect(replies.map(\.id) == Array(replies[0].id...(replies[0].id + 6)), "each reply echoes its request's id")
+        #expect(replies[0].write.revision == 1 && replies[0].write.versions == [1])
+        #expect(replies[1].write.revision == 2)
+        #expect(replies[2].error.code == .versionConflict && replies[2].error.currentVersion == 1)
+        #expect(replies[3].write.revision == 3 && replies[3].write.versions == [1, 1])
+        #expect(replies[4].write.revision == 4 && replies[4].write.versions == [0])
+        #expect(replies[5].get.kv.value.listValue.items == [.int(2)] && replies[5].get.revision == 4)
+        #expect(replies[6].ping.headRevision == 4)
+
+        var revisions: [UInt64] = []
+        while revisions.count < 5, let publication = try awaitPublication(client, where: { if case .diff = $0 { true } else { false } }) {
+            if case .diff(let diff) = publication { revisions.append(diff.event.revision) }
+        }
+        #expect(revisions == [1, 2, 3, 3, 4], "each write of the batch is published with its own revision")
+        #expect(try client.stats().headRevision == 4)
+        await daemon.stop()
+
+        let journal = try Journal(path: daemon.configuration.journalPath)
+        #expect(try journal.changes(prefix: "", from: 1, to: 10, limit: 10).changes.map(\.revision) == [1, 2, 3, 3, 4])
+    }
+
+    @Test func pipelinedBatchesAndSingleRequestsAreAnsweredInTheOrderSent() async throws {
+        let daemon = try TestDaemon { $0.maxBatch = 16 }  // batches span several group commits
+        let client = try daemon.client()
+        var expected: [UInt64] = []  // the id of each message sent, in order
+        var writes = 0
+        for round in 0..<40 {
+            if round % 3 == 2 {
+                expected.append(try client.send(.put(.with { $0.key = "s\(round)"; $0.value = .int(Int64(round)) })))
+                writes += 1
+            } else {
+                let requests = try (0..<(round % 2 == 0 ? 50 : 7)).map { i in
+                    WireEncoder.putRequest(id: UInt64(10_000 * (round + 1) + i), key: "k\(i % 9)",
+                                           encodedValue: try Beacon_V1_Value.int(Int64(i)).serializedBytes())
+                }
+                let id = UInt64(1_000_000 + round)
+                try client.send(rawBody: WireEncoder.batchRequest(id: id, requests: requests))
+                expected.append(id)
+                writes += requests.count
+            }
+        }
+        var revision: UInt64 = 0
+        var received: [UInt64] = []
+        while received.count < expected.count, let reply = try client.receiveReply(timeoutMilliseconds: 5000) {
+            received.append(reply.id)
+            let writeReplies = if case .batch(let batch) = reply.result { batch.replies } else { [reply] }
+            for write in writeReplies {
+                guard case .write(let committed) = write.result else { Issue.record("\(write)"); continue }
+                #expect(committed.revision == revision + 1, "revisions follow the order of the requests")
+                revision = committed.revision
+            }
+        }
+        #expect(received == expected)
+        #expect(revision == UInt64(writes))
+        #expect(try client.stats().writes == UInt64(writes))
+        await daemon.stop()
+    }
+}
+
 extension PipelineTests {
     @Test func compactionByPolicyRunsSafelyUnderPipelinedLoad() async throws {
         let daemon = try TestDaemon {

@@ -22,17 +22,39 @@ final class PendingWrite {
 }
 
 extension ClientEngine {
-    func send(_ request: WriteRequest) {
+    /// Sends writes in order: one alone as itself, several as batches of at most
+    /// `WireLimits.maxBatchRequests`, each write keeping its own id and reply.
+    func send(_ requests: [WriteRequest]) {
+        guard !requests.isEmpty else { return }
         let now = ClientEngine.now()
-        let write = PendingWrite(id: nextID(), request: request, now: now, timeout: configuration.writeTimeoutMilliseconds,
-                                 retry: configuration.requestTimeoutMilliseconds)
-        pendingWrites[write.id] = write
-        sendRequest(id: write.id, request.op)
-        if request.bindsSession && nextKeepAlive == 0 { keepSessionAlive(now: now) }  // sets the session's time to live
+        let writes = requests.map { request in
+            let write = PendingWrite(id: nextID(), request: request, now: now, timeout: configuration.writeTimeoutMilliseconds,
+                                     retry: configuration.requestTimeoutMilliseconds)
+            pendingWrites[write.id] = write
+            return write
+        }
+        if writes.count == 1 {
+            sendRequest(id: writes[0].id, writes[0].request.op)
+        } else {
+            for start in stride(from: 0, to: writes.count, by: WireLimits.maxBatchRequests) {
+                let chunk = writes[start..<min(start + WireLimits.maxBatchRequests, writes.count)]
+                // The batch's own id is no write's: its reply is unpacked into theirs.
+                sendRequest(id: nextID(), .batch(.with {
+                    $0.requests = chunk.map { write in .with { $0.id = write.id; $0.op = write.request.op } }
+                }))
+            }
+        }
+        if requests.contains(where: \.bindsSession) && nextKeepAlive == 0 { keepSessionAlive(now: now) }  // sets the session's time to live
     }
 
-    /// A reply that is not the one a blocking call waits for: a write's.
+    /// A reply that is not the one a blocking call waits for: a write's, or a batch of them.
+    /// A batch the daemon refused as a whole leaves its writes to be sent again one by one when
+    /// their retry is due.
     func handle(_ reply: Beacon_V1_Reply) {
+        if case .batch(let batch) = reply.result {
+            for inner in batch.replies { handle(inner) }
+            return
+        }
         guard let write = pendingWrites.removeValue(forKey: reply.id) else { return }  // a late duplicate
         switch reply.result {
         case .write(let committed):

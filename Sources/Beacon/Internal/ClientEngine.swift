@@ -195,17 +195,26 @@ final class ClientEngine: @unchecked Sendable {
         return Int(deadline > now ? deadline - now : 0)
     }
 
+    /// Runs the commands queued since the last wake-up. Writes queued one after another go out
+    /// as one batch request.
     private func runCommands() {
-        let pending = takeCommands()
-        for command in pending {
+        var writes: [WriteRequest] = []
+        for command in takeCommands() {
+            if case .write(let request) = command {
+                writes.append(request)
+                continue
+            }
+            send(writes)
+            writes.removeAll()
             switch command {
             case .follow(let prefix): follow(prefix)
             case .unfollow(let prefix): unfollow(prefix)
-            case .write(let request): send(request)
+            case .write: break
             case .history(let request): startHistory(request)
             case .cancelHistory(let id): stopHistory(id)
             }
         }
+        send(writes)
     }
 
     private func takeCommands() -> [EngineCommand] {

@@ -531,6 +531,14 @@ public nonisolated struct Beacon_V1_Request: Sendable {
     set {op = .keepAlive(newValue)}
   }
 
+  public var batch: Beacon_V1_Batch {
+    get {
+      if case .batch(let v)? = op {return v}
+      return Beacon_V1_Batch()
+    }
+    set {op = .batch(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Op: Equatable, Sendable {
@@ -546,6 +554,7 @@ public nonisolated struct Beacon_V1_Request: Sendable {
     case stats(Beacon_V1_Stats)
     case compact(Beacon_V1_Compact)
     case keepAlive(Beacon_V1_KeepAlive)
+    case batch(Beacon_V1_Batch)
 
   }
 
@@ -822,6 +831,22 @@ public nonisolated struct Beacon_V1_KeepAlive: Sendable {
   public init() {}
 }
 
+/// Several requests in one message, handled exactly as if they had been sent one after another in
+/// this order: each keeps its own id, is checked and applied on its own (a write gets its own
+/// revision; use Txn to make writes atomic), and has its own reply in BatchReply. Batches do
+/// not nest. At most 1024 requests.
+public nonisolated struct Beacon_V1_Batch: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requests: [Beacon_V1_Request] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beacon_V1_Reply: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -911,6 +936,14 @@ public nonisolated struct Beacon_V1_Reply: Sendable {
     set {result = .keepAlive(newValue)}
   }
 
+  public var batch: Beacon_V1_BatchReply {
+    get {
+      if case .batch(let v)? = result {return v}
+      return Beacon_V1_BatchReply()
+    }
+    set {result = .batch(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Result: Equatable, Sendable {
@@ -924,8 +957,23 @@ public nonisolated struct Beacon_V1_Reply: Sendable {
     case stats(Beacon_V1_StatsReply)
     case compact(Beacon_V1_CompactReply)
     case keepAlive(Beacon_V1_KeepAliveReply)
+    case batch(Beacon_V1_BatchReply)
 
   }
+
+  public init() {}
+}
+
+/// The replies to a Batch's requests, one per request in the same order. Sent once every request
+/// of the batch has its answer: for writes, once they are journaled and published.
+public nonisolated struct Beacon_V1_BatchReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var replies: [Beacon_V1_Reply] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -1269,6 +1317,7 @@ public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
     set {_uniqueStorage()._published = newValue}
   }
 
+  /// requests received since start; a Batch counts as each request it holds
   public var requests: UInt64 {
     get {_storage._requests}
     set {_uniqueStorage()._requests = newValue}
@@ -1995,7 +2044,7 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Request"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}ping\0\u{1}get\0\u{1}list\0\u{1}put\0\u{1}delete\0\u{1}txn\0\u{1}snapshot\0\u{1}delta\0\u{1}history\0\u{1}stats\0\u{1}compact\0\u{3}keep_alive\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}ping\0\u{1}get\0\u{1}list\0\u{1}put\0\u{1}delete\0\u{1}txn\0\u{1}snapshot\0\u{1}delta\0\u{1}history\0\u{1}stats\0\u{1}compact\0\u{3}keep_alive\0\u{1}batch\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2160,6 +2209,19 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
           self.op = .keepAlive(v)
         }
       }()
+      case 22: try {
+        var v: Beacon_V1_Batch?
+        var hadOneofValue = false
+        if let current = self.op {
+          hadOneofValue = true
+          if case .batch(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.op = .batch(v)
+        }
+      }()
       default: break
       }
     }
@@ -2221,6 +2283,10 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
     case .keepAlive?: try {
       guard case .keepAlive(let v)? = self.op else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+    }()
+    case .batch?: try {
+      guard case .batch(let v)? = self.op else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
     }()
     case nil: break
     }
@@ -2763,9 +2829,39 @@ nonisolated extension Beacon_V1_KeepAlive: SwiftProtobuf.Message, SwiftProtobuf.
   }
 }
 
+nonisolated extension Beacon_V1_Batch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Batch"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}requests\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.requests) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requests.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.requests, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_Batch, rhs: Beacon_V1_Batch) -> Bool {
+    if lhs.requests != rhs.requests {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Reply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}error\0\u{1}ping\0\u{1}get\0\u{1}list\0\u{1}write\0\u{2}\u{2}snapshot\0\u{1}events\0\u{2}\u{2}stats\0\u{1}compact\0\u{3}keep_alive\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}error\0\u{1}ping\0\u{1}get\0\u{1}list\0\u{1}write\0\u{2}\u{2}snapshot\0\u{1}events\0\u{2}\u{2}stats\0\u{1}compact\0\u{3}keep_alive\0\u{1}batch\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2904,6 +3000,19 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
           self.result = .keepAlive(v)
         }
       }()
+      case 22: try {
+        var v: Beacon_V1_BatchReply?
+        var hadOneofValue = false
+        if let current = self.result {
+          hadOneofValue = true
+          if case .batch(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.result = .batch(v)
+        }
+      }()
       default: break
       }
     }
@@ -2958,6 +3067,10 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
       guard case .keepAlive(let v)? = self.result else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
     }()
+    case .batch?: try {
+      guard case .batch(let v)? = self.result else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2966,6 +3079,36 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
   public static func ==(lhs: Beacon_V1_Reply, rhs: Beacon_V1_Reply) -> Bool {
     if lhs.id != rhs.id {return false}
     if lhs.result != rhs.result {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beacon_V1_BatchReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BatchReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}replies\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.replies) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.replies.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.replies, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_BatchReply, rhs: Beacon_V1_BatchReply) -> Bool {
+    if lhs.replies != rhs.replies {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,41 @@
+import BeaconProtocol
+import BeaconZMQ
+
+/// Where the reply to one request goes: back to the peer with the envelope its message came
+/// with, or into a slot of the reply to the batch that carried it.
+enum ReplyRoute {
+    case peer([ZMQMessage])
+    case batch(BatchReplies, slot: Int)
+}
+
+/// The replies to the requests of one `Batch`, gathered until every request has its own. They
+/// are filled out of order: a refusal at once, a write once its group commit completes.
+final class BatchReplies {
+    /// The envelope of the message that carried the batch.
+    let envelope: [ZMQMessage]
+    /// The batch request's own id.
+    let id: UInt64
+    private var replies: [[UInt8]]
+    private var missing: Int
+
+    init(envelope: [ZMQMessage], id: UInt64, count: Int) {
+        self.envelope = envelope
+        self.id = id
+        replies = Array(repeating: [], count: count)
+        missing = count
+    }
+
+    /// Stores the reply of the request in `slot`; returns the encoded `BatchReply` once it was
+    /// the last one missing.
+    func fill(_ slot: Int, with reply: [UInt8]) -> [UInt8]? {
+        guard replies.indices.contains(slot), replies[slot].isEmpty else {
+            assertionFailure("a request of a batch was answered twice")
+            return nil
+        }
+        replies[slot] = reply
+        missing -= 1
+        guard missing == 0 else { return nil }
+        defer { replies = [] }
+        return WireEncoder.batchReply(id: id, replies: replies)
+    }
+}

@@ -1,0 +1,40 @@
+/// Reads protobuf wire format from a byte buffer: varints, tags and length-delimited fields.
+/// Every method returns `nil` (or `false`) instead of reading past `end`.
+struct ProtoReader {
+    let bytes: UnsafeRawBufferPointer
+    var index: Int
+    let end: Int
+
+    var atEnd: Bool { index >= end }
+
+    mutating func varint() -> UInt64? {
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while index < end && shift < 64 {
+            let byte = bytes[index]
+            index += 1
+            value |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 { return value }
+            shift += 7
+        }
+        return nil
+    }
+
+    mutating func tag() -> (UInt64, UInt8)? {
+        guard let tag = varint(), tag >> 3 != 0 else { return nil }
+        return (tag >> 3, UInt8(tag & 7))
+    }
+
+    mutating func lengthDelimited() -> (Int, Int)? {
+        guard let length = varint(), length <= UInt64(end - index) else { return nil }
+        let start = index
+        index += Int(length)
+        return (start, index)
+    }
+
+    mutating func skip(_ count: Int) -> Bool {
+        guard end - index >= count else { return false }
+        index += count
+        return true
+    }
+}
