@@ -100,6 +100,7 @@ extension BeaconServer {
             return nil
         }
         counters.requests += UInt64(count - 1)  // the batch counts as each request it holds
+        counters.batches += 1
         return BatchReplies(envelope: envelope, id: id, count: count)
     }
 
@@ -236,6 +237,7 @@ extension BeaconServer {
                 $0.rateLimited = counters.rateLimited
                 $0.quotaExceeded = counters.quotaExceeded
                 $0.subscriptionsRefused = counters.subscriptionsRefused
+                $0.batches = counters.batches
             }
 
         case .compact(let compact):

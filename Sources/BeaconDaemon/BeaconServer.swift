@@ -90,6 +90,7 @@ public final class BeaconServer: @unchecked Sendable {
         var rateLimited: UInt64 = 0
         var quotaExceeded: UInt64 = 0
         var subscriptionsRefused: UInt64 = 0
+        var batches: UInt64 = 0
     }
 
     /// Write ids remembered for idempotent retries.

@@ -403,7 +403,7 @@ extension Beacon {
                 "writes_per_second": stats.writesPerSecond.rounded(), "publications_per_second": stats.publicationsPerSecond.rounded(),
                 "connections_refused": stats.connectionsRefused, "access_denied": stats.accessDenied,
                 "rate_limited": stats.rateLimited, "quota_exceeded": stats.quotaExceeded,
-                "subscriptions_refused": stats.subscriptionsRefused,
+                "subscriptions_refused": stats.subscriptionsRefused, "batches": stats.batches,
             ]
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }

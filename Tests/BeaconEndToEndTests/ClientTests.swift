@@ -151,6 +151,45 @@ struct ClientTests {
         test.client.close()
     }
 
+    @Test func concurrentWritesGoOutInBatchesAndEachGetsItsOwnResult() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        try await test.client.create("c.taken", 0)
+        let count = 2_000
+        let results = await withTaskGroup(of: (Int, Result<WriteResult, BeaconError>).self) { group in
+            for i in 0..<count {
+                group.addTask {
+                    do throws(BeaconError) {
+                        // Every 100th write is refused: the key exists.
+                        let result = i % 100 == 0 ? try await test.client.create("c.taken", i)
+                                                   : try await test.client.set("c.k\(i % 50)", i)
+                        return (i, .success(result))
+                    } catch {
+                        return (i, .failure(error))
+                    }
+                }
+            }
+            return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        }
+        var revisions = Set<UInt64>()
+        for (i, result) in results {
+            switch result {
+            case .success(let written):
+                #expect(i % 100 != 0)
+                revisions.insert(written.revision)
+            case .failure(let error):
+                #expect(i % 100 == 0 && error.code == .alreadyExists, "\(i): \(error)")
+            }
+        }
+        #expect(revisions.count == count - count / 100, "each accepted write has its own revision")
+        let stats = try WireClient(runtimeDirectory: daemon.runtimeDirectory).stats()
+        #expect(stats.writes == UInt64(count - count / 100 + 1))
+        #expect(stats.batches > 0, "writes queued together went out as batches")
+        test.client.close()
+    }
+
     @Test func aKeyWithATimeToLiveExpiresInEveryMirror() async throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")

@@ -1398,6 +1398,12 @@ public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
     set {_uniqueStorage()._subscriptionsRefused = newValue}
   }
 
+  /// Batch requests received since start
+  public var batches: UInt64 {
+    get {_storage._batches}
+    set {_uniqueStorage()._batches = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3474,7 +3480,7 @@ nonisolated extension Beacon_V1_EventsReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatsReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0")
 
   fileprivate class _StorageClass {
     var _epoch: UInt64 = 0
@@ -3501,6 +3507,7 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
     var _rateLimited: UInt64 = 0
     var _quotaExceeded: UInt64 = 0
     var _subscriptionsRefused: UInt64 = 0
+    var _batches: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3535,6 +3542,7 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       _rateLimited = source._rateLimited
       _quotaExceeded = source._quotaExceeded
       _subscriptionsRefused = source._subscriptionsRefused
+      _batches = source._batches
     }
   }
 
@@ -3577,6 +3585,7 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         case 22: try { try decoder.decodeSingularUInt64Field(value: &_storage._rateLimited) }()
         case 23: try { try decoder.decodeSingularUInt64Field(value: &_storage._quotaExceeded) }()
         case 24: try { try decoder.decodeSingularUInt64Field(value: &_storage._subscriptionsRefused) }()
+        case 25: try { try decoder.decodeSingularUInt64Field(value: &_storage._batches) }()
         default: break
         }
       }
@@ -3657,6 +3666,9 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._subscriptionsRefused != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._subscriptionsRefused, fieldNumber: 24)
       }
+      if _storage._batches != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._batches, fieldNumber: 25)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3690,6 +3702,7 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._rateLimited != rhs_storage._rateLimited {return false}
         if _storage._quotaExceeded != rhs_storage._quotaExceeded {return false}
         if _storage._subscriptionsRefused != rhs_storage._subscriptionsRefused {return false}
+        if _storage._batches != rhs_storage._batches {return false}
         return true
       }
       if !storagesAreEqual {return false}
