@@ -193,6 +193,7 @@ struct DaemonBench: ParsableCommand {
 
     @Option(help: "Writes per throughput run.") var writes = 200_000
     @Option(help: "Requests in flight for the pipelined run.") var window = 20_000
+    @Option(help: "Writes per Batch request in the batched pipelined run.") var batch = 64
     @Option(help: "Distinct keys written.") var keys = 1_000
     @Option(help: "Latency samples.") var samples = 5_000
     @Option(help: "Repetitions; medians and spread are printed.") var runs = 3
@@ -213,6 +214,7 @@ struct DaemonBench: ParsableCommand {
         var rawRates: [Double] = []
         var rawLatency: [Double] = []
         var writeRates: [Double] = []
+        var batchedRates: [Double] = []
         var serialRates: [Double] = []
         var p50s: [Double] = []
         var p99s: [Double] = []
@@ -221,9 +223,11 @@ struct DaemonBench: ParsableCommand {
         var loadRates: [Double] = []
         if only == "write-rate" {
             for run in 0..<runs {
-                let daemon = try DaemonUnderTest(directory: directory + "/d\(run)", durability: durability, maxBatch: maxBatch)
-                defer { daemon.stop() }
-                writeRates.append(try pipelinedWrites(daemon))
+                for batch in [1, batch] {
+                    let daemon = try DaemonUnderTest(directory: directory + "/d\(run)-\(batch)", durability: durability, maxBatch: maxBatch)
+                    defer { daemon.stop() }
+                    writeRates.append(try pipelinedWrites(daemon, batch: batch))
+                }
             }
             return
         }
@@ -233,7 +237,8 @@ struct DaemonBench: ParsableCommand {
 
             let daemon = try DaemonUnderTest(directory: directory + "/d\(run)", durability: durability, maxBatch: maxBatch)
             defer { daemon.stop() }
-            writeRates.append(try pipelinedWrites(daemon))
+            writeRates.append(try pipelinedWrites(daemon, batch: 1))
+            batchedRates.append(try pipelinedWrites(daemon, batch: batch))
             serialRates.append(try serialWrites(daemon, count: min(writes, 20_000)))
             let latencies = try writeToSubscriberLatencies(daemon).sorted()
             p50s.append(percentile(latencies, 0.5))
@@ -258,7 +263,8 @@ struct DaemonBench: ParsableCommand {
         print("| --- | --- | --- |")
         print("| raw libzmq PUB→SUB, 2 frames, 64 B, ipc | \(spread(rawRates) { format($0) + " msg/s" }) | 1.00 |")
         print("| raw libzmq one-way latency (DEALER/ROUTER RTT ÷ 2) | \(spread(rawLatency) { String(format: "%.1f µs", $0) }) | 1.00 |")
-        print("| beacond committed+published writes/s, pipelined | \(spread(writeRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(writeRates) / rawRate)) of msg rate |")
+        print("| beacond committed+published writes/s, pipelined, one request per write | \(spread(writeRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(writeRates) / rawRate)) of msg rate |")
+        print("| beacond committed+published writes/s, pipelined, \(batch) writes per Batch request | \(spread(batchedRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(batchedRates) / rawRate)) of msg rate |")
         print("| beacond writes/s, one at a time | \(spread(serialRates) { format($0) + "/s" }) | \(String(format: "%.2f", median(serialRates) / rawRate)) |")
         print("| write request → diff at subscriber, p50 | \(spread(p50s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p50s) / rawOneWay)) one-way |")
         print("| write request → diff at subscriber, p99 | \(spread(p99s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p99s) / rawOneWay)) one-way |")
@@ -273,7 +279,8 @@ struct DaemonBench: ParsableCommand {
     /// Keeps `window` puts in flight; returns acknowledged (committed and published) writes per
     /// second. Requests are encoded by hand and replies checked by their first bytes, so that the
     /// client costs about what a C client would and the figure is the daemon's.
-    private func pipelinedWrites(_ daemon: DaemonUnderTest) throws -> Double {
+    /// - Parameter batch: puts per request message; above 1 they go in `Batch` requests.
+    private func pipelinedWrites(_ daemon: DaemonUnderTest, batch: Int) throws -> Double {
         let context = try ZMQContext()
         let dealer = try ZMQSocket(context, type: .dealer)
         try dealer.setSendHighWaterMark(0)
@@ -282,30 +289,45 @@ struct DaemonBench: ParsableCommand {
         let keyNames = (0..<keys).map { "bench.key.\($0)" }
         let encodedValues = try (0..<256).map { try value($0).serializedBytes() as [UInt8] }
         // A write reply starts with the id (field 1) and then field 14 (WriteReply): tag 0x72.
-        func isWriteReply(_ frame: ZMQMessage) -> Bool {
-            frame.withUnsafeBytes { bytes in
-                var index = 0
-                guard bytes.count > 2, bytes[0] == 0x08 else { return false }
-                index = 1
-                while index < bytes.count && bytes[index] & 0x80 != 0 { index += 1 }
-                return index + 1 < bytes.count && bytes[index + 1] == 0x72
-            }
+        func isWriteReply(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            var index = 0
+            guard bytes.count > 2, bytes[0] == 0x08 else { return false }
+            index = 1
+            while index < bytes.count && bytes[index] & 0x80 != 0 { index += 1 }
+            return index + 1 < bytes.count && bytes[index + 1] == 0x72
         }
+        func isWriteReply(_ frame: ZMQMessage) -> Bool { frame.withUnsafeBytes { isWriteReply($0) } }
         let cpuBefore = daemon.cpuSecondsByThread()
         let start = now()
         var sent = 0, acknowledged = 0
         let reply = ZMQMessage()
+        var requests: [[UInt8]] = []
         while acknowledged < writes {
             while sent < writes && sent - acknowledged < window {
-                try dealer.send(WireEncoder.putRequest(id: UInt64(sent + 1), key: keyNames[sent % keys],
-                                                       encodedValue: encodedValues[sent & 255]))
+                let request = WireEncoder.putRequest(id: UInt64(sent + 1), key: keyNames[sent % keys],
+                                                     encodedValue: encodedValues[sent & 255])
                 sent += 1
+                if batch == 1 {
+                    try dealer.send(request)
+                    continue
+                }
+                requests.append(request)
+                if requests.count == batch || sent == writes || sent - acknowledged == window {
+                    try dealer.send(WireEncoder.batchRequest(id: UInt64(sent), requests: requests))
+                    requests.removeAll(keepingCapacity: true)
+                }
             }
             try dealer.receive(into: reply)
-            guard isWriteReply(reply) else {
+            // A BatchReply has the layout of a Batch request: id, then field 22 holding the replies.
+            let replies = batch == 1 ? nil : reply.withUnsafeBytes { FastBatch.parse($0)?.requests }
+            let answered = replies?.count ?? 1
+            let allWritten = reply.withUnsafeBytes { bytes in
+                replies.map { $0.allSatisfy { isWriteReply(UnsafeRawBufferPointer(rebasing: bytes[$0])) } } ?? isWriteReply(bytes)
+            }
+            guard allWritten else {
                 throw ValidationError("write refused: \((try? Beacon_V1_Reply(serializedBytes: reply.bytes)).map { "\($0)" } ?? "undecodable")")
             }
-            acknowledged += 1
+            acknowledged += answered
         }
         let rate = Double(writes) / (Double(now() - start) / 1e9)
         var cpu: [String: Double] = [:]
@@ -315,7 +337,9 @@ struct DaemonBench: ParsableCommand {
         let perWrite = { (seconds: Double) in String(format: "%.2f", seconds / Double(writes) * 1e6) }
         let threads = cpu.sorted { $0.value > $1.value }.filter { $0.value > 0 }.map { "\($0.key) \(perWrite($0.value))" }
         let stats = try WireClient(runtimeDirectory: daemon.runtimeDirectory).stats()
-        print(String(format: "  pipelined run: %.0f writes/s, %.1f writes per journal commit", rate, Double(stats.writes) / Double(max(stats.commits, 1))))
+        let shape = batch == 1 ? "one request per write" : "\(batch) writes per Batch request"
+        print("  pipelined run, \(shape): " + String(format: "%.0f writes/s, %.1f writes per journal commit",
+                                                      rate, Double(stats.writes) / Double(max(stats.commits, 1))))
         print("  daemon CPU per write: \(perWrite(cpu.values.reduce(0, +))) µs (\(threads.joined(separator: ", ")))")
         return rate
     }
