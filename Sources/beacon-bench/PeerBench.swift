@@ -10,10 +10,16 @@ import Synchronization
 // on this machine; every write carries a 64-byte value whose first bytes are its sequence number
 // and its send time, so subscribers measure delivery the same way for all of them.
 
-/// A writer: `send` queues one write; `awaitAcknowledgement` waits for the oldest unacknowledged one.
+/// A writer: `send` queues one write; `flush` sends what a batching writer holds back;
+/// `awaitAcknowledgement` waits for the oldest unacknowledged one (flushing first).
 protocol PeerWriter: AnyObject {
     func send(key: String, value: [UInt8]) throws
+    func flush() throws
     func awaitAcknowledgement() throws
+}
+
+extension PeerWriter {
+    func flush() {}
 }
 
 /// A subscriber to every key the writers write: `receive` returns the next value.
@@ -109,29 +115,61 @@ final class RawZMQSystem: ComparedSystem {
 }
 
 /// A release beacond: every write journaled (WAL, synchronous=NORMAL) before its diff is published.
+/// With `batch` above 1, the writer sends its puts in `Batch` requests of up to that many, as
+/// the client library does with writes queued together.
 final class BeaconSystem: ComparedSystem {
-    let name = "Beacon"
-    let variant = "journaled in SQLite before publishing, diff with version and revision"
+    let name: String
+    let variant: String
     private let daemon: DaemonUnderTest
     private let context: ZMQContext
+    private let batch: Int
 
-    init(directory: String) throws {
-        daemon = try DaemonUnderTest(directory: directory + "/beacon", durability: "normal", maxBatch: 2048)
+    init(directory: String, batch: Int = 1) throws {
+        self.batch = batch
+        name = batch == 1 ? "Beacon" : "Beacon, batched"
+        variant = "journaled in SQLite before publishing, diff with version and revision"
+            + (batch == 1 ? "; one request per write" : "; up to \(batch) writes per Batch request")
+        daemon = try DaemonUnderTest(directory: directory + (batch == 1 ? "/beacon" : "/beacon-batched"), durability: "normal", maxBatch: 2048)
         context = try ZMQContext()
     }
 
     private final class Writer: PeerWriter {
         let socket: ZMQSocket
+        let batch: Int
         let reply = ZMQMessage()
         var id: UInt64 = 0
-        init(_ socket: ZMQSocket) { self.socket = socket }
+        var queued: [[UInt8]] = []
+        /// Writes acknowledged by a batch reply already read, not yet awaited one by one.
+        var acknowledgedAhead = 0
+        init(_ socket: ZMQSocket, batch: Int) {
+            self.socket = socket
+            self.batch = batch
+        }
         func send(key: String, value: [UInt8]) throws {
             id += 1
             // A bytes value (field 6 of Value): tag, length, the bytes.
-            try socket.send(WireEncoder.putRequest(id: id, key: key, encodedValue: [0x32, UInt8(value.count)] + value))
+            let request = WireEncoder.putRequest(id: id, key: key, encodedValue: [0x32, UInt8(value.count)] + value)
+            guard batch > 1 else {
+                try socket.send(request)
+                return
+            }
+            queued.append(request)
+            if queued.count == batch { try flush() }
+        }
+        func flush() throws {
+            guard !queued.isEmpty else { return }
+            try socket.send(queued.count == 1 ? queued[0] : WireEncoder.batchRequest(id: id, requests: queued))
+            queued.removeAll(keepingCapacity: true)
         }
         func awaitAcknowledgement() throws {
+            if acknowledgedAhead > 0 {
+                acknowledgedAhead -= 1
+                return
+            }
+            try flush()
             try socket.receive(into: reply)
+            // A BatchReply has the layout of a Batch request: id, then field 22 holding the replies.
+            if let replies = reply.withUnsafeBytes({ FastBatch.parse($0) }) { acknowledgedAhead = replies.requests.count - 1 }
         }
     }
 
@@ -156,7 +194,7 @@ final class BeaconSystem: ComparedSystem {
         try socket.setSendHighWaterMark(0)
         try socket.setReceiveHighWaterMark(0)
         try socket.connect(WireEndpoint.request(inRuntimeDirectory: daemon.runtimeDirectory))
-        return Writer(socket)
+        return Writer(socket, batch: batch)
     }
 
     func makeSubscriber() throws -> any PeerSubscriber {
@@ -445,6 +483,7 @@ func latencyRun(_ system: any ComparedSystem, samples: Int, pauseMicroseconds: U
     try warmUp(writer, threads, acknowledged: acknowledged)
     for i in 0..<samples {
         try writer.send(key: "bench.lat\(i % 100)", value: BenchValue.make(sequence: UInt64(i), sentAt: now()))
+        try writer.flush()
         guard try threads.waitFor(sequence: UInt64(i), seconds: 10) else { throw PeerError("\(system.name): value \(i) never arrived") }
         if acknowledged { try writer.awaitAcknowledgement() }
         usleep(pauseMicroseconds)
@@ -464,7 +503,8 @@ struct PeerBench: ParsableCommand {
     @Option(help: "Latency samples per run.") var samples = 2_000
     @Option(help: "Pause between latency samples, µs (moderate load).") var pause: UInt32 = 500
     @Option(help: "Repetitions; medians and spread are printed.") var runs = 3
-    @Option(help: "Systems to run, by name.") var systems: [String] = ["zmq", "beacon", "mosquitto", "redis"]
+    @Option(help: "Writes per Batch request for beacon-batched.") var batch = 64
+    @Option(help: "Systems to run, by name.") var systems: [String] = ["zmq", "beacon", "beacon-batched", "mosquitto", "redis"]
 
     func run() throws {
         let directory = temporaryDirectory()
@@ -477,6 +517,7 @@ struct PeerBench: ParsableCommand {
             switch name {
             case "zmq": started.append(try RawZMQSystem(directory: directory))
             case "beacon": started.append(try BeaconSystem(directory: directory))
+            case "beacon-batched": started.append(try BeaconSystem(directory: directory, batch: batch))
             case "mosquitto":
                 guard let executable = findExecutable(["mosquitto"]) else {
                     print("Mosquitto is not installed (apt-get install mosquitto): left out"); continue
@@ -487,7 +528,7 @@ struct PeerBench: ParsableCommand {
                     print("Redis is not installed (apt-get install redis-server): left out"); continue
                 }
                 started.append(try RedisSystem(directory: directory, executable: executable))
-            default: throw ValidationError("unknown system \(name): zmq, beacon, mosquitto or redis")
+            default: throw ValidationError("unknown system \(name): zmq, beacon, beacon-batched, mosquitto or redis")
             }
         }
 
@@ -569,6 +610,18 @@ struct PeerBench: ParsableCommand {
             print("| Beacon ÷ Redis, committed-and-published writes/s | \(String(format: "%.2f", ratio)) | ≥ 1: \(verdict(ratio >= 1)) |")
             if let delivered = figure("Redis", "delivery1") {
                 print("| Beacon ÷ Redis, delivered/s, 1 subscriber | \(String(format: "%.2f", beaconRate / delivered)) | |")
+            }
+        }
+        if let batched = figure("Beacon, batched", "write1") {
+            for (peer, target) in [("Mosquitto", 5.0), ("Redis", 1.0)] {
+                if let peerRate = figure(peer, "write1") {
+                    let ratio = batched / peerRate
+                    print("| Beacon, batched ÷ \(peer), committed-and-published writes/s | \(String(format: "%.2f", ratio)) | ≥ \(Int(target)): \(verdict(ratio >= target)) |")
+                }
+            }
+            if let raw = figure("raw libzmq", "delivery1"), let delivered = figure("Beacon, batched", "delivery1") {
+                let ratio = delivered / raw
+                print("| Beacon, batched, delivered rate ÷ raw libzmq, 1 subscriber | \(String(format: "%.2f", ratio)) | ≥ 0.25: \(verdict(ratio >= 0.25)) |")
             }
         }
         for count in subscribers where count > 1 {
