@@ -11,28 +11,18 @@ public struct FastBatch {
 
     /// Parses `bytes` as a `Request` holding a `Batch`, or returns `nil`.
     public static func parse(_ bytes: UnsafeRawBufferPointer) -> FastBatch? {
-        var reader = ProtoReader(bytes: bytes, index: 0, end: bytes.count)
         var result = FastBatch()
-        var sawBatch = false
-        while !reader.atEnd {
-            guard let (field, wire) = reader.tag() else { return nil }
-            switch (field, wire) {
-            case (1, 0):
-                guard let id = reader.varint() else { return nil }
-                result.id = id
-            case (22, 2):
-                guard !sawBatch, let (start, end) = reader.lengthDelimited() else { return nil }
-                var batch = ProtoReader(bytes: bytes, index: start, end: end)
-                while !batch.atEnd {
-                    guard let (field, wire) = batch.tag(), field == 1, wire == 2,
-                          let (requestStart, requestEnd) = batch.lengthDelimited() else { return nil }
-                    result.requests.append(requestStart..<requestEnd)
-                }
-                sawBatch = true
-            default:
-                return nil
+        let id = ProtoReader.request(bytes, operation: 22) { start, end in
+            var batch = ProtoReader(bytes: bytes, index: start, end: end)
+            while !batch.atEnd {
+                guard let (field, wire) = batch.tag(), field == 1, wire == 2,
+                      let (requestStart, requestEnd) = batch.lengthDelimited() else { return false }
+                result.requests.append(requestStart..<requestEnd)
             }
+            return true
         }
-        return sawBatch ? result : nil
+        guard let id else { return nil }
+        result.id = id
+        return result
     }
 }

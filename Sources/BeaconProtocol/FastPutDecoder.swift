@@ -15,24 +15,10 @@ public struct FastPut {
 
     /// Parses `bytes` as a `Request` holding a scalar `Put`, or returns `nil`.
     public static func parse(_ bytes: UnsafeRawBufferPointer) -> FastPut? {
-        var reader = ProtoReader(bytes: bytes, index: 0, end: bytes.count)
         var result = FastPut()
-        var sawPut = false
-        while !reader.atEnd {
-            guard let (field, wire) = reader.tag() else { return nil }
-            switch (field, wire) {
-            case (1, 0):
-                guard let id = reader.varint() else { return nil }
-                result.id = id
-            case (13, 2):
-                guard !sawPut, let (start, end) = reader.lengthDelimited(),
-                      parsePut(bytes, start, end, into: &result) else { return nil }
-                sawPut = true
-            default:
-                return nil
-            }
-        }
-        return sawPut ? result : nil
+        guard let id = ProtoReader.request(bytes, operation: 13, { parsePut(bytes, $0, $1, into: &result) }) else { return nil }
+        result.id = id
+        return result
     }
 
     private static func parsePut(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int, into result: inout FastPut) -> Bool {

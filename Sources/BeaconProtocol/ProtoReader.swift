@@ -38,3 +38,29 @@ struct ProtoReader {
         return true
     }
 }
+
+extension ProtoReader {
+    /// Reads a `Request` that holds only its id (field 1) and one operation, field `operation`,
+    /// present once; `readOperation` reads the operation from its byte range.
+    /// - Returns: the id, or `nil` if the request holds anything else or `readOperation` refuses.
+    static func request(_ bytes: UnsafeRawBufferPointer, operation: UInt64,
+                        _ readOperation: (_ start: Int, _ end: Int) -> Bool) -> UInt64? {
+        var reader = ProtoReader(bytes: bytes, index: 0, end: bytes.count)
+        var id: UInt64 = 0
+        var sawOperation = false
+        while !reader.atEnd {
+            guard let (field, wire) = reader.tag() else { return nil }
+            switch (field, wire) {
+            case (1, 0):
+                guard let value = reader.varint() else { return nil }
+                id = value
+            case (operation, 2):
+                guard !sawOperation, let (start, end) = reader.lengthDelimited(), readOperation(start, end) else { return nil }
+                sawOperation = true
+            default:
+                return nil
+            }
+        }
+        return sawOperation ? id : nil
+    }
+}
