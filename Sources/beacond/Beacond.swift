@@ -59,6 +59,7 @@ struct Beacond: AsyncParsableCommand {
     var logLevel: String = "info"
 
     func run() async throws {
+        Journal.disableSQLiteMemoryStatistics()  // before any SQLite use
         guard let level = Logger.Level(rawValue: logLevel) else {
             throw ValidationError("unknown log level '\(logLevel)'")
         }
