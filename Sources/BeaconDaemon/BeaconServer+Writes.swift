@@ -317,21 +317,23 @@ extension BeaconServer {
             // published and answered (it is published only when its own commit completes, after
             // this one). Never inline here: an inline commit publishes at once, before this batch.
             submitStagedIfIdle(inline: false)
-            for write in batch {
-                publish(write)
-                publishedRevision = write.changes[0].revision
-                if let writeID = write.writeID {
-                    remember(writeID: writeID, revision: write.changes[0].revision)
+            // Indexing borrows each write; a for-in loop would copy (retain) every field.
+            for index in batch.indices {
+                publish(batch[index])
+                let revision = batch[index].changes[0].revision
+                publishedRevision = revision
+                if let writeID = batch[index].writeID {
+                    remember(writeID: writeID, revision: revision)
                     pendingWriteIDs.remove(writeID)
                 }
             }
-            for write in batch {
-                counters.writes += 1
-                guard let route = write.route else { continue }
-                let revision = write.changes[0].revision
-                let reply = write.changes.count == 1
-                    ? WireEncoder.writeReply(id: write.requestID, revision: revision, version: write.changes[0].version)
-                    : WireEncoder.writeReply(id: write.requestID, revision: revision, versions: write.changes.map(\.version))
+            counters.writes += UInt64(batch.count)
+            for index in batch.indices {
+                guard let route = batch[index].route else { continue }
+                let changes = batch[index].changes
+                let reply = changes.count == 1
+                    ? WireEncoder.writeReply(id: batch[index].requestID, revision: changes[0].revision, version: changes[0].version)
+                    : WireEncoder.writeReply(id: batch[index].requestID, revision: changes[0].revision, versions: changes.map(\.version))
                 send(body: reply, to: route)
             }
             submitStagedIfIdle()
@@ -377,13 +379,16 @@ extension BeaconServer {
         let revision = write.changes[0].revision
         let marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : write.changes.map(\.key))
         let epoch = journal.epoch
-        for (index, change) in write.changes.enumerated() {
+        let changes = write.changes
+        for index in changes.indices {
             let body = WireEncoder.diff(
-                epoch: epoch, revision: change.revision, part: change.part, parts: change.parts,
-                kind: Self.wireKind(change.kind), key: change.key, encodedValue: change.value, version: change.version,
-                createRevision: change.createRevision, expiresAtMilliseconds: change.expiresAtMilliseconds,
-                timestampMilliseconds: change.timestampMilliseconds, marks: marks.perChange.isEmpty ? [] : marks.perChange[index])
-            publish(topic: change.key, body: body)
+                epoch: epoch, revision: changes[index].revision, part: changes[index].part, parts: changes[index].parts,
+                kind: Self.wireKind(changes[index].kind), key: changes[index].key, encodedValue: changes[index].value,
+                version: changes[index].version, createRevision: changes[index].createRevision,
+                expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
+                timestampMilliseconds: changes[index].timestampMilliseconds,
+                marks: marks.perChange.isEmpty ? [] : marks.perChange[index])
+            publish(topic: changes[index].key, body: body)
         }
         if write.changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
