@@ -133,12 +133,13 @@ extension BeaconServer {
             }
             access.recordOwnership(of: changes, peer: current.peer)
             let undo = store.apply(changes)
-            for change in changes where change.kind == .put {
-                if change.expiresAtMilliseconds > 0 {
-                    expiries.insert(.init(atMilliseconds: change.expiresAtMilliseconds, key: change.key, modRevision: change.revision))
+            for index in changes.indices where changes[index].kind == .put {
+                if changes[index].expiresAtMilliseconds > 0 {
+                    expiries.insert(.init(atMilliseconds: changes[index].expiresAtMilliseconds, key: changes[index].key,
+                                          modRevision: changes[index].revision))
                 }
-                if !change.session.isEmpty {
-                    sessions.bind(change.key, to: change.session, now: now, ttl: live.sessionTTLMilliseconds)
+                if !changes[index].session.isEmpty {
+                    sessions.bind(changes[index].key, to: changes[index].session, now: now, ttl: live.sessionTTLMilliseconds)
                 }
             }
             staged.append(StagedWrite(route: route, requestID: id, changes: changes, undo: undo,
@@ -159,8 +160,9 @@ extension BeaconServer {
     /// Checks a write against the peer's rights and limits, before its preconditions: write
     /// rights for every key, the value size limit, the write rate, and the journal size.
     private func admit(_ ops: [WriteOp], now: UInt64) throws(WriteRejection) {
-        for (index, op) in ops.enumerated() where !current.rights.write.contains(key: op.key) {
-            var rejection = denied("write '\(op.key)' (writable: \(current.rights.write))", key: op.key)
+        let writable = current.rights.write
+        for index in ops.indices where !writable.contains(key: ops[index].key) {
+            var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key)
             rejection.error.opIndex = UInt32(index)
             throw rejection
         }
