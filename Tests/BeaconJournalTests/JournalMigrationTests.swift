@@ -10,9 +10,7 @@ struct JournalMigrationTests {
     /// a multi-key revision, a write id, a session, a delete, an expiry and a state table that
     /// lags the log by two revisions.
     private func schema3Journal() throws -> String {
-        var template = Array("/tmp/bjrn-mig-XXXXXX".utf8CString)
-        let directory = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-        let path = String(cString: directory) + "/j.sqlite"
+        let path = try temporaryDirectory() + "/j.sqlite"
         let database = try SQLiteDatabase(path: path)
         for step in Journal.migrations.prefix(3) { try database.execute(step) }
         try database.execute("""

@@ -2,7 +2,8 @@ import BeaconJournal
 import Foundation
 import Testing
 
-private func temporaryDirectory() throws -> String {
+/// A new directory under /tmp for one test's files.
+func temporaryDirectory() throws -> String {
     var template = Array("/tmp/bjrn-XXXXXX".utf8CString)
     let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
     return String(cString: path)
