@@ -13,9 +13,7 @@ struct OrderingTests {
         let daemon = try TestDaemon()
         let subscriber = try daemon.client()
         try subscriber.subscribe("o.", receiveHighWaterMark: 0)
-        _ = try awaitPublication(subscriber) {
-            if case .heartbeat(let h) = $0 { return h.prefixes.contains { $0.prefix == "o." } } else { return false }
-        }
+        try awaitSequencing(subscriber, prefix: "o.")
         let writer = try daemon.client()
         // A windowed writer (like `beacon pub`): once 1,000 writes are in flight, each reply lets
         // one more go, so single writes trickle in while a large batch commits on the thread.

@@ -87,3 +87,11 @@ func awaitPublication(_ client: WireClient, timeoutMilliseconds: Int = 5000,
     }
     return nil
 }
+
+/// Waits for a heartbeat that lists `prefix`: from then on the daemon sequences it, so diffs under
+/// it carry their prefix mark.
+func awaitSequencing(_ client: WireClient, prefix: String) throws {
+    _ = try awaitPublication(client) {
+        if case .heartbeat(let h) = $0 { return h.prefixes.contains { $0.prefix == prefix } } else { return false }
+    }
+}

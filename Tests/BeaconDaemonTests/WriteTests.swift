@@ -12,9 +12,7 @@ struct WriteTests {
         let client = try daemon.client()
         try client.subscribe("net.")
         // Wait until the daemon sequences the prefix, so the diff carries its mark.
-        _ = try awaitPublication(client) {
-            if case .heartbeat(let h) = $0 { return h.prefixes.contains { $0.prefix == "net." } } else { return false }
-        }
+        try awaitSequencing(client, prefix: "net.")
         let first = try client.put("net.link", .string("up"))
         let second = try client.put("net.link", .string("down"))
         #expect(first.revision == 1 && first.versions == [1])
@@ -164,9 +162,7 @@ extension WriteTests {
         let daemon = try TestDaemon()
         let client = try daemon.client()
         try client.subscribe("b.")
-        _ = try awaitPublication(client) {
-            if case .heartbeat(let h) = $0 { return h.prefixes.contains { $0.prefix == "b." } } else { return false }
-        }
+        try awaitSequencing(client, prefix: "b.")
         let replies = try client.batch([
             .put(.with { $0.key = "b.one"; $0.value = .int(1) }),                        // the fast path
             .put(.with { $0.key = "b.two"; $0.value = .with { $0.listValue.items = [.int(2)] } }),  // SwiftProtobuf
