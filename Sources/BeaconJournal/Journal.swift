@@ -19,9 +19,11 @@ public final class Journal {
     /// The highest committed revision (0 for a new journal).
     public private(set) var headRevision: UInt64 = 0
     /// History at or below this revision has been compacted: only the latest change per key remains.
-    public private(set) var compactedRevision: UInt64 = 0
+    public internal(set) var compactedRevision: UInt64 = 0
+    /// The compaction under way, if any (see ``beginCompaction(through:)``).
+    var compaction: CompactionRun?
 
-    private let database: SQLiteDatabase
+    let database: SQLiteDatabase
     private var insertChange: SQLiteStatement!
     private var upsertState: SQLiteStatement!
     private var saveStateRevision: SQLiteStatement!
@@ -241,6 +243,11 @@ public final class Journal {
         let lastChange = UInt64(try database.scalarInt("SELECT max(position) >> 11 FROM change_log") ?? 0)
         headRevision = max(lastChange, compactedRevision)
         unsavedState = headRevision > stateRevision ? nil : [:]
+        // A compaction interrupted by a crash or a stop is resumed (its target was announced).
+        let finished = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'compaction_finished'") ?? Int64(compactedRevision))
+        if finished < compactedRevision {
+            compaction = CompactionRun(target: compactedRevision)
+        }
     }
 
     // MARK: Writing
@@ -316,7 +323,7 @@ public final class Journal {
     }
 
     /// Runs `body` in one write transaction: committed if it returns, rolled back if it throws.
-    private func inTransaction(_ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
+    func inTransaction(_ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
         try begin.run()
         do {
             try body()
@@ -539,54 +546,6 @@ public final class Journal {
             ((try? FileManager.default.attributesOfItem(atPath: file))?[.size] as? NSNumber)?.uint64Value ?? 0
         }
         return size(path) + size(path + "-wal")
-    }
-
-    // MARK: Compaction
-
-    /// The revision that `policy` allows compacting through now.
-    public func compactionTarget(for policy: RetentionPolicy, nowMilliseconds: UInt64 = Journal.nowMilliseconds()) throws(JournalError) -> UInt64 {
-        var target: UInt64 = 0
-        if let keep = policy.revisions, headRevision > keep {
-            target = headRevision - keep
-        }
-        if let age = policy.maxAgeMilliseconds, nowMilliseconds > age {
-            target = max(target, try lastRevision(before: nowMilliseconds - age))
-        }
-        return min(target, headRevision)
-    }
-
-    /// Drops history at or below `revision` that a snapshot at `revision` does not need: every
-    /// change that a later change (at or below `revision`) to the same key superseded, and
-    /// deletions. Current state is kept. Delta and history requests from below `revision`
-    /// must then resync.
-    /// - Returns: the number of change records removed.
-    @discardableResult
-    public func compact(through revision: UInt64) throws(JournalError) -> Int {
-        let target = min(revision, headRevision)
-        guard target > compactedRevision else { return 0 }
-        try checkpointState()  // the state table must hold what compaction leaves in the log
-        do {
-            var removed = 0
-            try inTransaction { () throws(SQLiteError) in
-                let prune = try database.prepare("""
-                    DELETE FROM change_log WHERE position < ?1 AND (kind != 0 OR position NOT IN
-                      (SELECT max(position) FROM change_log WHERE position < ?1 GROUP BY key))
-                    """)
-                prune.bind(1, Journal.position(after: target))
-                try prune.run()
-                removed = database.changes
-                let tombstones = try database.prepare("DELETE FROM state WHERE deleted = 1 AND mod_revision <= ?1")
-                tombstones.bind(1, target)
-                try tombstones.run()
-                let meta = try database.prepare("UPDATE meta SET value = ?1 WHERE name = 'compacted_revision'")
-                meta.bind(1, target)
-                try meta.run()
-            }
-            compactedRevision = target
-            return removed
-        } catch {
-            throw JournalError(error, while: "cannot compact through \(target)")
-        }
     }
 
     // MARK: Helpers

@@ -9,13 +9,13 @@ func temporaryDirectory() throws -> String {
     return String(cString: path)
 }
 
-private func put(_ revision: UInt64, _ key: String, _ value: String, version: UInt64, created: UInt64? = nil,
-                 part: UInt32 = 0, parts: UInt32 = 1, at time: UInt64 = 1000) -> JournalChange {
+func put(_ revision: UInt64, _ key: String, _ value: String, version: UInt64, created: UInt64? = nil,
+         part: UInt32 = 0, parts: UInt32 = 1, at time: UInt64 = 1000) -> JournalChange {
     JournalChange(revision: revision, part: part, parts: parts, kind: .put, key: key, value: Array(value.utf8),
                   version: version, createRevision: created ?? revision, timestampMilliseconds: time)
 }
 
-private func delete(_ revision: UInt64, _ key: String) -> JournalChange {
+func delete(_ revision: UInt64, _ key: String) -> JournalChange {
     JournalChange(revision: revision, kind: .delete, key: key, version: 0, createRevision: 0, timestampMilliseconds: 1000)
 }
 
