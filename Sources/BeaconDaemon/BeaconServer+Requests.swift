@@ -66,6 +66,12 @@ extension BeaconServer {
                 handle(inner, route: .batch(replies, slot: slot), inBatch: true)
             }
             return batch.requests.count
+        case .compact(let compact):
+            do {
+                try requestCompaction(compact, id: request.id, route: route)
+            } catch {
+                refuse(request.id, error, route: route)
+            }
         case nil:
             reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
         case .some(let op):
@@ -76,16 +82,20 @@ extension BeaconServer {
                 reply.id = request.id
                 send(reply, to: route)
             } catch {
-                counters.rejected += 1
-                var reply = Beacon_V1_Reply()
-                reply.id = request.id
-                var wireError = error.error
-                wireError.headRevision = store.headRevision
-                reply.error = wireError
-                send(reply, to: route)
+                refuse(request.id, error, route: route)
             }
         }
         return 1
+    }
+
+    private func refuse(_ id: UInt64, _ rejection: WriteRejection, route: ReplyRoute) {
+        counters.rejected += 1
+        var reply = Beacon_V1_Reply()
+        reply.id = id
+        var wireError = rejection.error
+        wireError.headRevision = store.headRevision
+        reply.error = wireError
+        send(reply, to: route)
     }
 
     /// The collector of a batch's replies, or `nil` after refusing a batch that is empty or
@@ -240,21 +250,6 @@ extension BeaconServer {
                 $0.batches = counters.batches
             }
 
-        case .compact(let compact):
-            guard current.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "") }
-            if compact.revision > store.headRevision {
-                throw failure(.futureRevision, "revision \(compact.revision) is above head \(store.headRevision)")
-            }
-            do {
-                let removed = try self.compact(through: compact.revision)
-                reply.compact = .with {
-                    $0.compactedRevision = journal.compactedRevision
-                    $0.removed = UInt64(removed)
-                }
-            } catch {
-                throw journalFailure(error)
-            }
-
         case .keepAlive(let keepAlive):
             guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
             let id = Array(keepAlive.session)
@@ -272,8 +267,8 @@ extension BeaconServer {
                 $0.expiresAtMs = keepAlive.ttlMs == 0 ? 0 : session.deadline
             }
 
-        case .put, .delete, .txn, .batch:
-            preconditionFailure("writes are staged and batches unpacked, not answered here")
+        case .put, .delete, .txn, .batch, .compact:
+            preconditionFailure("writes are staged, batches unpacked and compactions scheduled, not answered here")
         }
         return reply
     }

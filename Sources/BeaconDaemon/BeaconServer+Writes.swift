@@ -469,7 +469,7 @@ extension BeaconServer {
         publishHeartbeats(heartbeat)
     }
 
-    // MARK: Expiry and compaction
+    // MARK: Expiry
 
     /// Deletes every key whose TTL has run out, one revision each, journaled like any write.
     func expireDueKeys(now: UInt64) {
@@ -505,23 +505,5 @@ extension BeaconServer {
             logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
         }
         submitStagedIfIdle()
-    }
-
-    func compactByPolicy() {
-        flushWrites()  // the journal is the loop's to use only with no commit in flight
-        do {
-            let target = try journal.compactionTarget(for: live.retention)
-            if target > journal.compactedRevision { try compact(through: target) }
-        } catch {
-            logger.warning("compaction failed", metadata: ["error": "\(error)"])
-        }
-    }
-
-    @discardableResult
-    func compact(through revision: UInt64) throws(JournalError) -> Int {
-        let removed = try journal.compact(through: revision)
-        store.dropTombstones(through: journal.compactedRevision)
-        logger.info("journal compacted", metadata: ["journal.compacted": "\(journal.compactedRevision)", "removed": "\(removed)"])
-        return removed
     }
 }

@@ -53,6 +53,8 @@ public final class BeaconServer: @unchecked Sendable {
     /// staged or committing).
     var publishedRevision: UInt64 = 0
     let startedAt = Date()
+    /// The steps of a compaction under way.
+    var compactionSchedule = CompactionSchedule()
 
     private var context: ZMQContext?
     var router: ZMQSocket!
@@ -139,6 +141,11 @@ public final class BeaconServer: @unchecked Sendable {
         }
         instance = UInt64.random(in: 1...UInt64(Int64.max))
         journalBytes = journal.sizeInBytes
+        if journal.isCompacting {
+            compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
+            logger.info("resuming the journal compaction an earlier run left unfinished", metadata: [
+                "journal.compacted": "\(journal.compactedRevision)"])
+        }
         if config.curveKeys != nil, !config.access.rules.contains(where: { if case .key = $0.subject { true } else { false } }) {
             logger.warning("CURVE is on but no 'allow = key:...' rule lists a client key: no tcp client can connect")
         }
@@ -367,6 +374,8 @@ public final class BeaconServer: @unchecked Sendable {
         var nextWatchdog: UInt64 = 0
         var nextStatus = Journal.nowMilliseconds() + 2000
         var writesAtLastStatus = counters.writes
+        /// Whether the last pass read requests (compaction steps yield to them).
+        var servedRequests = false
         while !stopFlag.load(ordering: .relaxed) {
             let now = Journal.nowMilliseconds()
             var deadline = min(nextHeartbeat, nextCompaction)
@@ -374,7 +383,10 @@ public final class BeaconServer: @unchecked Sendable {
             if watchdogMilliseconds != nil { deadline = min(deadline, nextWatchdog) }
             if let expiry = expiries.next { deadline = min(deadline, expiry.atMilliseconds) }
             if let end = sessions.nextDeadline { deadline = min(deadline, end) }
-            let timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
+            var timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
+            if let wait = compactionStepWait(busy: servedRequests) {
+                timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
+            }
             if polledGeneration != publisherGeneration {
                 // First pass, or the publish socket was reopened: poll the sockets there are now.
                 poller = ZMQPoller()
@@ -397,7 +409,8 @@ public final class BeaconServer: @unchecked Sendable {
             if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
             completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
-            if poller.readyEvents(routerIndex).contains(.readable) { drainRequests() }
+            servedRequests = poller.readyEvents(routerIndex).contains(.readable)
+            if servedRequests { drainRequests() }
 
             let after = Journal.nowMilliseconds()
             if let expiry = expiries.next, expiry.atMilliseconds <= after { expireDueKeys(now: after) }
@@ -414,6 +427,7 @@ public final class BeaconServer: @unchecked Sendable {
                 compactByPolicy()
                 nextCompaction = after + live.compactionIntervalSeconds * 1000
             }
+            if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
             applyPendingReload()
             if let notifier {
                 if let interval = watchdogMilliseconds, after >= nextWatchdog {

@@ -261,3 +261,50 @@ extension PipelineTests {
         await daemon.stop()
     }
 }
+
+extension PipelineTests {
+    @Test func aLargeCompactionRunsInStepsWhileTheDaemonKeepsAnswering() async throws {
+        let daemon = try TestDaemon()
+        let writer = try daemon.client()
+        let count = 60_000
+        var sent = 0, answered = 0
+        while answered < count {
+            while sent < min(answered + 2_000, count) {
+                try writer.send(.put(.with { $0.key = "k\(sent % 100)"; $0.value = .int(Int64(sent)) }))
+                sent += 1
+            }
+            let reply = try #require(try writer.receiveReply(timeoutMilliseconds: 5000))
+            guard case .write = reply.result else { Issue.record("\(reply)"); break }
+            answered += 1
+        }
+        _ = try writer.delete("k7")
+
+        // The compaction is announced at once and answered when its last step is done; between
+        // steps the daemon serves other clients, writes included.
+        let admin = try daemon.client()
+        let target = UInt64(count + 1)  // the delete too
+        let compactID = try admin.send(.compact(.with { $0.revision = target }))
+        var compactReply: Beacon_V1_Reply?
+        var servedWhileCompacting = 0
+        var writesMeanwhile = 0
+        while compactReply == nil {
+            if try writer.ping().compactedRevision == target {
+                servedWhileCompacting += 1
+            }
+            _ = try writer.put("during", .int(Int64(writesMeanwhile)))
+            writesMeanwhile += 1
+            compactReply = try admin.receiveReply(timeoutMilliseconds: 0)
+        }
+        #expect(compactReply?.id == compactID)
+        #expect(servedWhileCompacting >= 2, "the daemon answered \(servedWhileCompacting) pings between announcing and finishing")
+        // 60,000 puts to 100 keys and a delete: all but the latest put of the 99 live keys go.
+        #expect(compactReply?.compact.removed == UInt64(count + 1 - 99))
+        #expect(compactReply?.compact.compactedRevision == target)
+
+        let snapshot = try writer.snapshot(prefix: "k", revision: target)
+        #expect(snapshot.kvs.count == 99)
+        #expect(snapshot.kvs.first { $0.key == "k42" }?.value.intValue == Int64(count - 58))
+        #expect(try writer.history("", from: 0).events.count == 99 + writesMeanwhile)
+        await daemon.stop()
+    }
+}

@@ -1,0 +1,129 @@
+import BeaconJournal
+import BeaconProtocol
+import Foundation
+
+/// The loop's share of a compaction under way: how large its steps are, when the next is due,
+/// and the `Compact` requests waiting for it to finish.
+struct CompactionSchedule {
+    /// How long one step should hold the loop.
+    static let stepTarget: Duration = .milliseconds(8)
+    /// Change records the next step examines, adjusted after each step to meet `stepTarget`.
+    var stepRows = 4096
+    /// Under load, no step before this time (monotonic nanoseconds).
+    var nextStepAt: UInt64 = 0
+    /// When the compaction under way started (monotonic nanoseconds).
+    var startedAt: UInt64 = 0
+    /// Whether the last step failed: the next waits for `nextStepAt` even when the loop is idle.
+    var backingOff = false
+    /// `Compact` requests answered when the compaction under way finishes.
+    var waiters: [(route: ReplyRoute, id: UInt64)] = []
+
+    static func monotonicNanoseconds() -> UInt64 {
+        DispatchTime.now().uptimeNanoseconds
+    }
+}
+
+extension BeaconServer {
+    /// Starts a compaction through `revision` (announced at once; done in steps by
+    /// ``compactionStepIfDue(busy:)``).
+    func beginCompaction(through revision: UInt64) throws(JournalError) {
+        flushWrites()  // the journal is the loop's to use only with no commit in flight
+        guard try journal.beginCompaction(through: revision) else { return }
+        store.dropTombstones(through: journal.compactedRevision)
+        compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
+        compactionSchedule.nextStepAt = 0
+        logger.info("journal compaction started", metadata: ["journal.compacted": "\(journal.compactedRevision)"])
+    }
+
+    /// Starts the compaction the retention policy asks for, if any.
+    func compactByPolicy() {
+        flushWrites()  // the journal is the loop's to use only with no commit in flight
+        do {
+            let target = try journal.compactionTarget(for: live.retention)
+            if target > journal.compactedRevision { try beginCompaction(through: target) }
+        } catch {
+            logger.warning("compaction failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Nanoseconds until the loop should run the next compaction step (0: now), or `nil` when no
+    /// compaction is under way. Steps run back to back while the loop is otherwise idle, take no
+    /// more than half of its time while requests keep coming, and wait a second after a failure.
+    func compactionStepWait(busy: Bool) -> UInt64? {
+        guard journal.isCompacting else { return nil }
+        let earliest = busy || compactionSchedule.backingOff ? compactionSchedule.nextStepAt : 0
+        let now = CompactionSchedule.monotonicNanoseconds()
+        return earliest > now ? earliest - now : 0
+    }
+
+    /// Runs one step of the compaction under way, and answers its waiters when it finishes.
+    func compactionStep() {
+        flushWrites()
+        let started = CompactionSchedule.monotonicNanoseconds()
+        let progress: CompactionProgress?
+        do {
+            progress = try journal.continueCompaction(rows: compactionSchedule.stepRows)
+        } catch {
+            logger.warning("compaction step failed; retrying in 1 s", metadata: ["error": "\(error)"])
+            compactionSchedule.nextStepAt = started + 1_000_000_000
+            compactionSchedule.backingOff = true
+            return
+        }
+        compactionSchedule.backingOff = false
+        let now = CompactionSchedule.monotonicNanoseconds()
+        let elapsed = max(now - started, 1)
+        let target = UInt64(CompactionSchedule.stepTarget.components.attoseconds / 1_000_000_000)
+        // Towards the target duration, at most doubling: a quick step may have been a cheap one.
+        let scaled = Double(compactionSchedule.stepRows) * min(Double(target) / Double(elapsed), 2)
+        compactionSchedule.stepRows = Int(min(max(scaled, 256), 1_048_576))
+        compactionSchedule.nextStepAt = now + elapsed
+        guard let progress, progress.isFinished else { return }
+        let seconds = Double(now - compactionSchedule.startedAt) / 1e9
+        logger.info("journal compacted", metadata: [
+            "journal.compacted": "\(progress.target)", "removed": "\(progress.removed)",
+            "seconds": "\((seconds * 1000).rounded() / 1000)"])
+        let waiters = compactionSchedule.waiters
+        compactionSchedule.waiters.removeAll()
+        for waiter in waiters {
+            var reply = Beacon_V1_Reply()
+            reply.id = waiter.id
+            reply.compact = .with {
+                $0.compactedRevision = journal.compactedRevision
+                $0.removed = UInt64(progress.removed)
+            }
+            send(reply, to: waiter.route)
+        }
+    }
+
+    /// Answers a `Compact` request: at once when there is nothing to compact, else when the
+    /// compaction it starts (or one under way that reaches as far) finishes.
+    func requestCompaction(_ compact: Beacon_V1_Compact, id: UInt64, route: ReplyRoute) throws(WriteRejection) {
+        guard current.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "") }
+        if compact.revision > store.headRevision {
+            throw WriteRejection(error: .with {
+                $0.code = .futureRevision
+                $0.message = "revision \(compact.revision) is above head \(store.headRevision)"
+            })
+        }
+        do {
+            try beginCompaction(through: compact.revision)
+        } catch {
+            logger.error("compaction failed", metadata: ["error": "\(error)"])
+            throw WriteRejection(error: .with {
+                $0.code = .internal
+                $0.message = error.description
+            })
+        }
+        if journal.isCompacting {
+            compactionSchedule.waiters.append((route, id))
+            return
+        }
+        var reply = Beacon_V1_Reply()
+        reply.id = id
+        reply.compact = .with {
+            $0.compactedRevision = journal.compactedRevision
+            $0.removed = 0
+        }
+        send(reply, to: route)
+    }
+}
