@@ -7,7 +7,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz man completions install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-scale   catch-up after 1M missed changes, journal size, start-up and memory with 1M keys"
 	@echo "make bench-flood   a well-behaved client's write latency while another peer floods (rate limit on/off)"
 	@echo "make bench-fuzz    3,000,000 random and mutated frames on every socket: no crash, bounded memory"
+	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
 	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
@@ -57,7 +58,7 @@ test: deps
 test-race: deps
 	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
 
-bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz
+bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction
 
 bench-core:
 	$(SWIFT) build -c release --product beacon-signals-bench
@@ -89,6 +90,9 @@ bench-flood: release
 # key or memory growth.
 bench-fuzz: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" fuzz
+
+bench-compaction: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" compaction
 
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release
