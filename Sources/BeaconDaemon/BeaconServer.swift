@@ -124,13 +124,15 @@ public final class BeaconServer: @unchecked Sendable {
         try Self.makeDirectory(config.stateDirectory, mode: 0o750)
         lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
         do {
-            journal = try Journal(path: config.journalPath, durability: config.durability)
+            journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in
+                try Journal(path: config.journalPath, durability: config.durability)
+            }
         } catch {
             lock?.release()
             throw DaemonError(error.code == .locked ? .alreadyRunning : .journal, error.description, underlying: error)
         }
         do {
-            try loadState()
+            try whileStarting("loading the current state") { () throws(DaemonError) in try loadState() }
             try openSockets()
         } catch {
             journal.close()
@@ -162,6 +164,12 @@ public final class BeaconServer: @unchecked Sendable {
         thread.stackSize = 8 << 20
         self.thread = thread
         thread.start()
+    }
+
+    /// Runs a slow part of ``start()``, keeping systemd's start timeout from running out meanwhile.
+    private func whileStarting<Result, Failure: Error>(_ what: String, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
+        guard let notifier else { return try body() }
+        return try notifier.extendingStartTimeout(what, body)
     }
 
     /// Whether ``start()`` has succeeded (the loop is running or has run).

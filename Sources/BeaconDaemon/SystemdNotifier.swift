@@ -72,4 +72,30 @@ public final class SystemdNotifier: Sendable {
 
     /// A graceful stop begins.
     public func stopping() { send("STOPPING=1") }
+
+    /// Runs `body`, a part of start-up that may take long (opening, checking or migrating a large
+    /// journal takes seconds per million changes), while asking systemd every `interval` for
+    /// three more intervals (`EXTEND_TIMEOUT_USEC=`), so that `TimeoutStartSec=` does not run
+    /// out and kill the daemon in the middle. Each request carries `STATUS=`: `what` and the
+    /// seconds so far.
+    public func extendingStartTimeout<Result, Failure: Error>(
+        _ what: String, every interval: Duration = .seconds(5), _ body: () throws(Failure) -> Result
+    ) throws(Failure) -> Result {
+        let done = DispatchSemaphore(value: 0)
+        let stopped = DispatchSemaphore(value: 0)
+        let microseconds = interval.components.seconds * 1_000_000 + interval.components.attoseconds / 1_000_000_000_000
+        let started = ContinuousClock.now
+        Thread.detachNewThread { [self] in
+            while done.wait(timeout: .now() + .microseconds(Int(microseconds))) == .timedOut {
+                let seconds = (ContinuousClock.now - started).components.seconds
+                send("EXTEND_TIMEOUT_USEC=\(microseconds * 3)\nSTATUS=\(what) (\(seconds) s)")
+            }
+            stopped.signal()
+        }
+        defer {
+            done.signal()
+            stopped.wait()  // no extension after this returns
+        }
+        return try body()
+    }
 }
