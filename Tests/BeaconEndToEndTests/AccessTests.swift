@@ -32,7 +32,7 @@ struct AccessProbe {
         }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try process.runSerially()
         func lines() -> [String] {
             ((try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
         }
@@ -206,7 +206,7 @@ struct AccessTests {
             let errors = Pipe()
             process.standardError = errors
             process.standardOutput = FileHandle.nullDevice
-            try process.run()
+            try process.runSerially()
             let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             process.waitUntilExit()
             return (process.terminationStatus, text)
@@ -297,7 +297,7 @@ struct FuzzTests {
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
-        try process.run()
+        try process.runSerially()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "\(text)")

@@ -34,7 +34,7 @@ private func runBlocking(_ path: String, _ arguments: [String], input: String?, 
     process.standardOutput = out
     process.standardError = err
     process.standardInput = inPipe
-    try process.run()
+    try process.runSerially()
     if let input {
         let data = Data(input.utf8)
         Thread.detachNewThread {
@@ -176,7 +176,7 @@ struct CLITests {
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        try process.run()
+        try process.runSerially()
         _ = out.fileHandleForReading.readData(ofLength: 16)
         try out.fileHandleForReading.close()
         let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

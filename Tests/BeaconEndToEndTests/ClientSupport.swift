@@ -67,7 +67,7 @@ final class ProbeProcess: @unchecked Sendable {
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try process.runSerially()
         // A thread of its own reads until end of file (a readability handler may run after the
         // pipe is closed, and Foundation traps when it then reads).
         let handle = output.fileHandleForReading

@@ -40,7 +40,7 @@ final class DaemonProcess {
         process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100"] + extraArguments
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
         process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        try process.runSerially()
         if waitUntilReady { try waitForPing() }
     }
 
@@ -77,7 +77,7 @@ func runTool(_ path: String, _ arguments: [String]) -> Int32 {
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
     process.standardError = FileHandle.nullDevice
-    guard (try? process.run()) != nil else { return -1 }
+    guard (try? process.runSerially()) != nil else { return -1 }
     process.waitUntilExit()
     return process.terminationStatus
 }
@@ -89,3 +89,17 @@ let canMountTmpfs: Bool = {
     runTool("/bin/umount", [dir])
     return true
 }()
+
+/// Serialises `Process.run()`. Foundation on Linux watches a child's exit through a socket pair
+/// whose child end must be closed everywhere but in the child; spawned from several threads at
+/// once (these tests run in parallel), an end can stay open in this process or leak into a
+/// sibling, and `waitUntilExit()` then waits forever for a child that has exited (seen as
+/// unreaped zombies; swift-corelibs-foundation#4795).
+private let spawnLock = NSLock()
+
+extension Process {
+    /// `run()`, one spawn at a time across the test process.
+    func runSerially() throws {
+        try spawnLock.withLock { try run() }
+    }
+}

@@ -79,7 +79,7 @@ struct SystemdNotifyTests {
         environment["WATCHDOG_USEC"] = "400000"
         process.environment = environment
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try process.runSerially()
 
         // READY=1 comes once the sockets answer: a ping succeeds at once.
         let ready = try await listener.waitFor("READY=1")
