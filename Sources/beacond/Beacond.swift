@@ -59,7 +59,6 @@ struct Beacond: AsyncParsableCommand {
     var logLevel: String = "info"
 
     func run() async throws {
-        let inherited = InheritedDescriptors.closeAll()  // before anything opens its own
         Journal.disableSQLiteMemoryStatistics()  // before any SQLite use
         guard let level = Logger.Level(rawValue: logLevel) else {
             throw ValidationError("unknown log level '\(logLevel)'")
@@ -70,9 +69,6 @@ struct Beacond: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "beacond")
-        if !inherited.isEmpty {
-            logger.debug("closed inherited file descriptors", metadata: ["fds": "\(inherited.map(String.init).joined(separator: ","))"])
-        }
 
         let configuration: DaemonConfiguration
         do {
