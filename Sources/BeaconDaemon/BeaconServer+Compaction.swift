@@ -5,8 +5,8 @@ import Foundation
 /// The loop's share of a compaction under way: how large its steps are, when the next is due,
 /// and the `Compact` requests waiting for it to finish.
 struct CompactionSchedule {
-    /// How long one step should hold the loop.
-    static let stepTarget: Duration = .milliseconds(8)
+    /// How long one step should hold the loop, in nanoseconds.
+    static let stepTargetNanoseconds: UInt64 = 8_000_000
     /// Change records the next step examines, adjusted after each step to meet `stepTarget`.
     var stepRows = 4096
     /// Under load, no step before this time (monotonic nanoseconds).
@@ -72,9 +72,8 @@ extension BeaconServer {
         compactionSchedule.backingOff = false
         let now = CompactionSchedule.monotonicNanoseconds()
         let elapsed = max(now - started, 1)
-        let target = UInt64(CompactionSchedule.stepTarget.components.attoseconds / 1_000_000_000)
         // Towards the target duration, at most doubling: a quick step may have been a cheap one.
-        let scaled = Double(compactionSchedule.stepRows) * min(Double(target) / Double(elapsed), 2)
+        let scaled = Double(compactionSchedule.stepRows) * min(Double(CompactionSchedule.stepTargetNanoseconds) / Double(elapsed), 2)
         compactionSchedule.stepRows = Int(min(max(scaled, 256), 1_048_576))
         compactionSchedule.nextStepAt = now + elapsed
         guard let progress, progress.isFinished else { return }

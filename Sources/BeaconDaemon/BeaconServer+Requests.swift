@@ -88,7 +88,8 @@ extension BeaconServer {
         return 1
     }
 
-    private func refuse(_ id: UInt64, _ rejection: WriteRejection, route: ReplyRoute) {
+    /// Answers request `id` with `rejection`'s error (and the head revision), counting it.
+    func refuse(_ id: UInt64, _ rejection: WriteRejection, route: ReplyRoute) {
         counters.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id

@@ -147,13 +147,7 @@ extension BeaconServer {
             stagedChanges.append(contentsOf: changes)
             if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
         } catch {
-            counters.rejected += 1
-            var reply = Beacon_V1_Reply()
-            reply.id = id
-            var wireError = error.error
-            wireError.headRevision = store.headRevision
-            reply.error = wireError
-            send(reply, to: route)
+            refuse(id, error, route: route)
         }
     }
 
