@@ -144,7 +144,6 @@ extension BeaconServer {
             }
             staged.append(StagedWrite(route: route, requestID: id, changes: changes, undo: undo,
                                       writeID: writeID.isEmpty ? nil : writeID))
-            stagedChanges.append(contentsOf: changes)
             if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
         } catch {
             refuse(id, error, route: route)
@@ -269,11 +268,11 @@ extension BeaconServer {
         guard !commits.inFlight, !staged.isEmpty else { return }
         committing = staged
         staged.removeAll(keepingCapacity: true)
-        let changes = stagedChanges
-        stagedChanges.removeAll(keepingCapacity: true)
+        // Each write's own array of changes: one reference each, no copy of the changes.
+        let changes = committing.map(\.changes)
         if inline && committing.count <= Self.inlineCommitLimit {
             // The commit thread is idle, so the journal is the loop's to use.
-            complete(Result { () throws(JournalError) in try journal.append(changes) })
+            complete(Result { () throws(JournalError) in try journal.append(contentsOf: changes) })
         } else {
             commits.submit(changes)
         }
@@ -337,7 +336,6 @@ extension BeaconServer {
             let refused = batch + staged
             for write in refused.reversed() { store.undo(write.undo) }
             staged.removeAll(keepingCapacity: true)
-            stagedChanges.removeAll(keepingCapacity: true)
             pendingWriteIDs.removeAll(keepingCapacity: true)
             readOnlyReason = error.description
             readOnlyUntilMilliseconds = Journal.nowMilliseconds() + 1000
@@ -477,7 +475,6 @@ extension BeaconServer {
             let undo = store.apply([change])
             access.recordOwnership(of: [change], peer: nil)
             staged.append(StagedWrite(route: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
-            stagedChanges.append(change)
         }
         submitStagedIfIdle()
     }
@@ -495,7 +492,6 @@ extension BeaconServer {
             let undo = store.apply(changes)
             access.recordOwnership(of: changes, peer: nil)
             staged.append(StagedWrite(route: nil, requestID: 0, changes: changes, undo: undo, writeID: nil))
-            stagedChanges.append(contentsOf: changes)
             logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
         }
         submitStagedIfIdle()

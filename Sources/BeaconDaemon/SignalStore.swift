@@ -39,7 +39,7 @@ struct SignalStore {
         fileprivate var rest: [(id: UInt32, previous: EntryRecord?)] = []
 
         /// The modification revision of the first changed key before the change, if it existed.
-        var firstPreviousModRevision: UInt64? { first?.previous?.header.modRevision }
+        var firstPreviousModRevision: UInt64? { first?.previous?.fields.modRevision }
     }
 
     private(set) var headRevision: UInt64 = 0
@@ -89,13 +89,13 @@ struct SignalStore {
 
     /// The version and create revision of the live entry for `key`, without copying its value.
     func liveVersions(_ key: String) -> Versions? {
-        liveRecord(key).map { Versions(version: $0.header.version, createRevision: $0.header.createRevision) }
+        liveRecord(key).map { Versions(version: $0.fields.version, createRevision: $0.fields.createRevision) }
     }
 
     private func liveRecord(_ key: String) -> EntryRecord? {
         withUTF8Bytes(key) { key in
             guard let id = index.find(key, hash: KeyIndex.hash(key), in: records),
-                  let record = records[Int(id)], !record.header.isDeleted else { return nil }
+                  let record = records[Int(id)], !record.fields.isDeleted else { return nil }
             return record
         }
     }
@@ -130,10 +130,10 @@ struct SignalStore {
     /// Puts back the record that number `id` had before a change (`nil`: the key was new).
     private mutating func restore(_ id: UInt32, to previous: EntryRecord?) {
         guard let current = records[Int(id)] else { return }
-        if !current.header.isDeleted { liveCount -= 1 }
+        if !current.fields.isDeleted { liveCount -= 1 }
         if let previous {
             records[Int(id)] = previous
-            if !previous.header.isDeleted { liveCount += 1 }
+            if !previous.fields.isDeleted { liveCount += 1 }
         } else {
             remove(id)
         }
@@ -142,7 +142,7 @@ struct SignalStore {
     /// Drops tombstones at or below `revision` (after journal compaction).
     mutating func dropTombstones(through revision: UInt64) {
         for id in records.indices {
-            guard let record = records[id], record.header.isDeleted, record.header.modRevision <= revision else { continue }
+            guard let record = records[id], record.fields.isDeleted, record.fields.modRevision <= revision else { continue }
             remove(UInt32(id))
         }
         mergeOrder()
@@ -152,10 +152,10 @@ struct SignalStore {
     /// - Returns: the record number and the record replaced (`nil`: the key is new; its number
     ///   still has to be put in order).
     private mutating func put(_ record: EntryRecord, key: UnsafeRawBufferPointer) -> (id: UInt32, previous: EntryRecord?) {
-        if !record.header.isDeleted { liveCount += 1 }
-        guard let id = index.find(key, hash: record.header.keyHash, in: records) else { return (insert(record), nil) }
+        if !record.fields.isDeleted { liveCount += 1 }
+        guard let id = index.find(key, hash: record.fields.keyHash, in: records) else { return (insert(record), nil) }
         let previous = records[Int(id)]
-        if let previous, !previous.header.isDeleted { liveCount -= 1 }
+        if let previous, !previous.fields.isDeleted { liveCount -= 1 }
         records[Int(id)] = record
         return (id, previous)
     }
@@ -171,14 +171,14 @@ struct SignalStore {
             id = UInt32(records.count)
             records.append(record)
         }
-        index.insert(id, hash: record.header.keyHash, in: records)
+        index.insert(id, hash: record.fields.keyHash, in: records)
         return id
     }
 
     /// Removes record `id` from the index; its number is reused after the next merge.
     private mutating func remove(_ id: UInt32) {
         guard let record = records[Int(id)] else { return }
-        index.remove(id, hash: record.header.keyHash, in: records)
+        index.remove(id, hash: record.fields.keyHash, in: records)
         records[Int(id)] = nil
         removedIDs.append(id)
     }
@@ -251,8 +251,8 @@ struct SignalStore {
 
     /// Calls `body` for each live key that expires or is bound to a session, in no order.
     func forEachExpiringOrBound(_ body: (String, Entry) -> Void) {
-        for case let record? in records where !record.header.isDeleted {
-            if record.header.expiresAtMilliseconds > 0 || record.header.sessionCount > 0 { body(record.key, Entry(record)) }
+        for case let record? in records where !record.fields.isDeleted {
+            if record.fields.expiresAtMilliseconds > 0 || record.fields.sessionCount > 0 { body(record.key, Entry(record)) }
         }
     }
 
@@ -272,7 +272,7 @@ struct SignalStore {
         if prefix.isEmpty { return headRevision }
         var last: UInt64 = 0
         scan(prefix: prefix, after: "") { record in
-            last = max(last, record.header.modRevision)
+            last = max(last, record.fields.modRevision)
             return true
         }
         return last
@@ -302,7 +302,7 @@ struct KeyIndex {
             let stored = slots[slot]
             if stored == 0 { return nil }
             let record = records[Int(stored - 1)]!
-            if record.header.keyHash == hash && record.hasKey(key) { return stored - 1 }
+            if record.fields.keyHash == hash && record.hasKey(key) { return stored - 1 }
             slot = (slot + 1) & mask
         }
     }
@@ -330,7 +330,7 @@ struct KeyIndex {
         slots = [UInt32](repeating: 0, count: max(16, slots.count * 2))
         // In record order, which is mostly allocation order: the headers are read in sequence.
         for (id, record) in records.enumerated() {
-            if let record { place(UInt32(id), hash: record.header.keyHash) }
+            if let record { place(UInt32(id), hash: record.fields.keyHash) }
         }
     }
 
@@ -345,7 +345,7 @@ struct KeyIndex {
             next = (next + 1) & mask
             let stored = slots[next]
             if stored == 0 { break }
-            let home = Int(records[Int(stored - 1)]!.header.keyHash) & mask
+            let home = Int(records[Int(stored - 1)]!.fields.keyHash) & mask
             // Move the entry back into the hole unless its home lies cyclically in (hole, next].
             let homeInRange = hole <= next ? (home > hole && home <= next) : (home > hole || home <= next)
             if !homeInRange {
@@ -361,7 +361,7 @@ struct KeyIndex {
 extension SignalStore.Entry {
     /// A copy of `record`'s state.
     fileprivate init(_ record: EntryRecord) {
-        let header = record.header
+        let header = record.fields
         self.init(value: record.value, version: header.version, createRevision: header.createRevision,
                   modRevision: header.modRevision, expiresAtMilliseconds: header.expiresAtMilliseconds,
                   isDeleted: header.isDeleted, session: record.session)

@@ -24,23 +24,25 @@ public final class Journal {
     var compaction: CompactionRun?
 
     let database: SQLiteDatabase
-    private var insertChange: SQLiteStatement!
+    // Read for every change appended: no dynamic exclusivity check (a journal is used by one
+    // thread at a time, and appending calls nothing that appends).
+    @exclusivity(unchecked) private var insertChange: SQLiteStatement!
     private var upsertState: SQLiteStatement!
     private var saveStateRevision: SQLiteStatement!
     /// The state table reflects every change up to this revision; later ones are in the log only.
     public private(set) var stateRevision: UInt64 = 0
     /// Revisions the state table may lag behind the log before ``append(_:)`` brings it up to date.
-    public var stateCheckpointInterval: UInt64 = 8192
+    public var stateCheckpointInterval: UInt64 = 32_768
     /// Bytes of values appended since the last checkpoint before ``append(_:)`` brings the state
-    /// table up to date, whatever the revisions: the latest change per key is held in memory
-    /// until then.
+    /// table up to date, whatever the revisions: the changes are held in memory until then.
     public var stateCheckpointBytes = 16 << 20
-    /// The latest change of every key appended since `stateRevision`, when this journal appended
-    /// all of them (nil when the log holds changes from before the journal was opened: the
-    /// checkpoint then reads them back from the log).
-    private var unsavedState: [String: JournalChange]?
-    /// Value bytes held in `unsavedState`, counting every change appended since the checkpoint.
-    private var unsavedStateBytes = 0
+    /// Every change appended since `stateRevision`, as the arrays it was appended in, when this
+    /// journal appended all of them (nil when the log holds changes from before the journal was
+    /// opened: the checkpoint then reads them back from the log). Holding the caller's arrays
+    /// costs one reference per array; the checkpoint picks each key's latest change.
+    @exclusivity(unchecked) private var unsavedChanges: [[JournalChange]]?
+    /// Value and key bytes held in `unsavedChanges`.
+    @exclusivity(unchecked) private var unsavedStateBytes = 0
     private var upsertStateRow: SQLiteStatement!
     private var begin: SQLiteStatement!
     private var commitStatement: SQLiteStatement!
@@ -242,7 +244,7 @@ public final class Journal {
         stateRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'state_revision'") ?? 0)
         let lastChange = UInt64(try database.scalarInt("SELECT max(position) >> 11 FROM change_log") ?? 0)
         headRevision = max(lastChange, compactedRevision)
-        unsavedState = headRevision > stateRevision ? nil : [:]
+        unsavedChanges = headRevision > stateRevision ? nil : []
         // A compaction interrupted by a crash or a stop is resumed (its target was announced).
         let finished = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'compaction_finished'") ?? Int64(compactedRevision))
         if finished < compactedRevision {
@@ -256,23 +258,43 @@ public final class Journal {
     /// the current state to match. Either all of them are durable when this returns, or none.
     /// - Throws: ``JournalError`` (`full`, `readOnly`, `io`); the journal is unchanged then.
     public func append(_ changes: [JournalChange]) throws(JournalError) {
-        guard !changes.isEmpty else { return }
-        precondition(changes[0].revision > headRevision, "revisions must increase")
+        try append(contentsOf: [changes])
+    }
+
+    /// Appends the changes of every array in `chunks`, in order, in one transaction: whole
+    /// revisions, split into arrays at any point (a writer's per-write arrays, say, so that
+    /// they need not be copied into one). Either all of them are durable when this returns, or
+    /// none.
+    /// - Throws: ``JournalError`` (`full`, `readOnly`, `io`); the journal is unchanged then.
+    public func append(contentsOf chunks: [[JournalChange]]) throws(JournalError) {
+        guard let first = chunks.first(where: { !$0.isEmpty }) else { return }
+        precondition(first[0].revision > headRevision, "revisions must increase")
+        var last = first[0].revision
         do {
-            // Indexing borrows each change; a for-in loop would copy (retain) every field.
             try inTransaction { () throws(SQLiteError) in
-                for index in changes.indices {
-                    try insert(changes[index])
+                for chunk in chunks {
+                    // A buffer's elements are borrowed in place; an array's subscript in a
+                    // closure copies (retains) every field of the change.
+                    try chunk.withUnsafeBufferPointer { changes throws(SQLiteError) in
+                        for index in changes.indices {
+                            try insert(changes[index])
+                        }
+                        if let final = changes.last { last = final.revision }
+                    }
                 }
             }
         } catch {
-            throw JournalError(error, while: "cannot append revision \(changes[0].revision)")
+            throw JournalError(error, while: "cannot append revision \(first[0].revision)")
         }
-        headRevision = changes[changes.count - 1].revision
-        if unsavedState != nil {
-            for index in changes.indices {
-                unsavedState![changes[index].key] = changes[index]
-                unsavedStateBytes += changes[index].value.count + changes[index].key.utf8.count
+        headRevision = last
+        if unsavedChanges != nil {
+            for chunk in chunks where !chunk.isEmpty {
+                unsavedChanges!.append(chunk)
+                chunk.withUnsafeBufferPointer { changes in
+                    for index in changes.indices {
+                        unsavedStateBytes += changes[index].value.count + changes[index].key.utf8.count
+                    }
+                }
             }
         }
         if headRevision - stateRevision >= stateCheckpointInterval || unsavedStateBytes >= stateCheckpointBytes {
@@ -291,8 +313,16 @@ public final class Journal {
         guard headRevision > stateRevision else { return }
         do {
             try inTransaction { () throws(SQLiteError) in
-                if let unsavedState {
-                    for change in unsavedState.values { try saveState(change) }
+                if let unsavedChanges {
+                    // Newest first: the first change seen of a key is its latest.
+                    var saved = Set<String>()
+                    for chunk in unsavedChanges.reversed() {
+                        try chunk.withUnsafeBufferPointer { changes throws(SQLiteError) in
+                            for index in changes.indices.reversed() where saved.insert(changes[index].key).inserted {
+                                try saveState(changes[index])
+                            }
+                        }
+                    }
                 } else {
                     upsertState.bind(1, Journal.position(after: stateRevision))
                     try upsertState.run()
@@ -304,7 +334,7 @@ public final class Journal {
             throw JournalError(error, while: "cannot update the state table")
         }
         stateRevision = headRevision
-        unsavedState = [:]
+        unsavedChanges = []
         unsavedStateBytes = 0
     }
 

@@ -5,7 +5,9 @@ internal import CBeaconZMQ
 /// Received frames are read in place with ``withUnsafeBytes(_:)``; frames built from a byte
 /// array hand the array's storage to libzmq without copying it.
 public final class ZMQMessage {
-    var raw = zmq_msg_t()
+    /// Only ever passed to libzmq by address, by the one thread using the frame: no dynamic
+    /// exclusivity check (one per libzmq call otherwise).
+    @exclusivity(unchecked) var raw = zmq_msg_t()
 
     /// An empty frame (also the buffer that ``ZMQSocket/receive(into:flags:)`` fills).
     public init() {

@@ -33,8 +33,9 @@ public struct ZMQFlags: OptionSet, Sendable {
 
 /// A ZeroMQ socket. Not thread-safe: one thread owns it from creation to ``close()``.
 public final class ZMQSocket {
-    /// The raw `void *` socket; `nil` once closed.
-    var handle: UnsafeMutableRawPointer?
+    /// The raw `void *` socket; `nil` once closed. Used by the socket's one thread only, so
+    /// without dynamic exclusivity checks (one per send or receive otherwise).
+    @exclusivity(unchecked) var handle: UnsafeMutableRawPointer?
     /// Keeps the context alive until the socket is closed.
     public let context: ZMQContext
     /// The socket's type.

@@ -9,7 +9,8 @@ import Synchronization
 /// loop uses the journal itself only after ``waitForResult()`` (reads, compaction, shutdown).
 final class CommitThread: @unchecked Sendable {
     private struct Slot {
-        var batch: [JournalChange]?
+        /// Whole revisions, in order, as the writes' own arrays of changes.
+        var batch: [[JournalChange]]?
         var result: Result<Void, JournalError>?
         var stopping = false
     }
@@ -37,20 +38,21 @@ final class CommitThread: @unchecked Sendable {
         defer { finished.signal() }
         while true {
             work.wait()
-            let batch = slot.withLock { slot -> [JournalChange]? in
+            let batch = slot.withLock { slot -> [[JournalChange]]? in
                 defer { slot.batch = nil }
                 return slot.stopping ? nil : slot.batch
             }
             guard let batch else { return }
-            let result = Result { () throws(JournalError) in try journal.append(batch) }
+            let result = Result { () throws(JournalError) in try journal.append(contentsOf: batch) }
             slot.withLock { $0.result = result }
             done.signal()
             onCommitted()
         }
     }
 
-    /// Hands `batch` (whole revisions, in order) to the thread. Nothing may be in flight.
-    func submit(_ batch: [JournalChange]) {
+    /// Hands `batch` (whole revisions, in order, in arrays split anywhere) to the thread.
+    /// Nothing may be in flight.
+    func submit(_ batch: [[JournalChange]]) {
         precondition(!inFlight, "one batch in flight at a time")
         inFlight = true
         slot.withLock { $0.batch = batch }

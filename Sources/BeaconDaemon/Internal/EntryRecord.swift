@@ -19,6 +19,12 @@ final class EntryRecord: ManagedBuffer<EntryRecord.Header, UInt8> {
         var isDeleted: Bool
     }
 
+    /// The metadata, read through the header's address. A record never changes once made, so
+    /// the dynamic exclusivity check on each read of ManagedBuffer's stored `header` (several
+    /// per write on the daemon's loop) would guard nothing.
+    @inline(__always)
+    var fields: Header { withUnsafeMutablePointerToHeader { $0.pointee } }
+
     /// Makes a record; `key` is at most `UInt16.max` bytes and `session` at most 255.
     static func make(key: UnsafeRawBufferPointer, keyHash: UInt32, value: [UInt8], session: [UInt8], version: UInt64,
                      createRevision: UInt64, modRevision: UInt64, expiresAtMilliseconds: UInt64,
@@ -42,7 +48,7 @@ final class EntryRecord: ManagedBuffer<EntryRecord.Header, UInt8> {
     /// Calls `body` with the key's UTF-8 bytes.
     @inline(__always)
     func withKey<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
-        let count = Int(header.keyCount)
+        let count = Int(fields.keyCount)
         return try withUnsafeMutablePointerToElements { try body(UnsafeRawBufferPointer(start: $0, count: count)) }
     }
 
@@ -51,12 +57,12 @@ final class EntryRecord: ManagedBuffer<EntryRecord.Header, UInt8> {
     }
 
     var value: [UInt8] {
-        let offset = Int(header.keyCount), count = Int(header.valueCount)
+        let offset = Int(fields.keyCount), count = Int(fields.valueCount)
         return withUnsafeMutablePointerToElements { Array(UnsafeBufferPointer(start: $0 + offset, count: count)) }
     }
 
     var session: [UInt8] {
-        let offset = Int(header.keyCount) + Int(header.valueCount), count = Int(header.sessionCount)
+        let offset = Int(fields.keyCount) + Int(fields.valueCount), count = Int(fields.sessionCount)
         return withUnsafeMutablePointerToElements { Array(UnsafeBufferPointer(start: $0 + offset, count: count)) }
     }
 

@@ -15,8 +15,9 @@ final class BatchReplies {
     let envelope: [ZMQMessage]
     /// The batch request's own id.
     let id: UInt64
-    private var replies: [[UInt8]]
-    private var missing: Int
+    // The loop thread's alone: no dynamic exclusivity checks (two per write otherwise).
+    @exclusivity(unchecked) private var replies: [[UInt8]]
+    @exclusivity(unchecked) private var missing: Int
 
     init(envelope: [ZMQMessage], id: UInt64, count: Int) {
         self.envelope = envelope
