@@ -102,10 +102,12 @@ extension BeaconServer {
         if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: put.encodedValue.count) {
             op.valueProblem = (.valueTooLarge, problem.description)
         }
-        stageWrite(id: put.id, [op], writeID: put.writeID, route: route)
+        stageWrite(id: put.id, CollectionOfOne(op), writeID: put.writeID, route: route)
     }
 
-    private func stageWrite(id: UInt64, _ ops: [WriteOp], writeID: [UInt8], route: ReplyRoute) {
+    /// Generic so that a one-operation write passes its operation without allocating an array.
+    private func stageWrite<Ops: RandomAccessCollection<WriteOp>>(id: UInt64, _ ops: Ops, writeID: [UInt8], route: ReplyRoute)
+        where Ops.Index == Int {
         if writeID.count > WireLimits.maxWriteIDBytes {
             return reject(route, id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
@@ -152,7 +154,7 @@ extension BeaconServer {
 
     /// Checks a write against the peer's rights and limits, before its preconditions: write
     /// rights for every key, the value size limit, the write rate, and the journal size.
-    private func admit(_ ops: [WriteOp], now: UInt64) throws(WriteRejection) {
+    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, now: UInt64) throws(WriteRejection) where Ops.Index == Int {
         let writable = current.rights.write
         for index in ops.indices where !writable.contains(key: ops[index].key) {
             var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key)
@@ -191,7 +193,8 @@ extension BeaconServer {
 
     /// Checks every operation's key, value and precondition against the current state and
     /// builds the changes of one revision; nothing is applied.
-    func prepareChanges(_ ops: [WriteOp], revision: UInt64, now: UInt64, writeID: [UInt8]) throws(WriteRejection) -> [JournalChange] {
+    func prepareChanges<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, revision: UInt64, now: UInt64, writeID: [UInt8])
+        throws(WriteRejection) -> [JournalChange] where Ops.Index == Int {
         func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "", index: Int, current: UInt64 = 0) -> WriteRejection {
             var error = Beacon_V1_Error()
             error.code = code
@@ -210,22 +213,23 @@ extension BeaconServer {
         // Later operations of a transaction see the effect of earlier ones on the same key.
         var pending: [String: SignalStore.Versions?] = [:]
         let isTransaction = ops.count > 1
-        for (index, op) in ops.enumerated() {
+        // By index: enumerating would copy each operation, its key and value retained.
+        for index in ops.indices {
             let part = UInt32(index)
-            let key = op.key
+            let key = ops[index].key
             if let problem = KeyPath.problem(key: key) {
                 throw failure(.invalidKey, problem.description, key: key, index: index)
             }
-            if let problem = op.valueProblem {
+            if let problem = ops[index].valueProblem {
                 throw failure(problem.code, problem.message, key: key, index: index)
             }
-            let current = pending[key] ?? store.liveVersions(key)
+            let current = isTransaction ? pending[key] ?? store.liveVersions(key) : store.liveVersions(key)
             let version = current?.version ?? 0
-            if let expected = op.ifVersion, expected != version {
+            if let expected = ops[index].ifVersion, expected != version {
                 throw failure(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", key: key, index: index, current: version)
             }
             let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
-            switch op.action {
+            switch ops[index].action {
             case .put(let encoded, let createOnly, let ttl, let session):
                 if session.count > WireLimits.maxSessionBytes {
                     throw failure(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)", key: key, index: index)
@@ -375,14 +379,21 @@ extension BeaconServer {
         let epoch = journal.epoch
         let changes = write.changes
         for index in changes.indices {
-            let body = WireEncoder.diff(
-                epoch: epoch, revision: changes[index].revision, part: changes[index].part, parts: changes[index].parts,
-                kind: Self.wireKind(changes[index].kind), key: changes[index].key, encodedValue: changes[index].value,
-                version: changes[index].version, createRevision: changes[index].createRevision,
-                expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
-                timestampMilliseconds: changes[index].timestampMilliseconds,
-                marks: marks.perChange.isEmpty ? [] : marks.perChange[index])
-            publish(topic: changes[index].key, body: body)
+            // Encoded straight into the frame libzmq sends.
+            let key = changes[index].key
+            do {
+                _ = try WireEncoder.diff(
+                    epoch: epoch, revision: changes[index].revision, part: changes[index].part, parts: changes[index].parts,
+                    kind: Self.wireKind(changes[index].kind), key: key, encodedValue: changes[index].value,
+                    version: changes[index].version, createRevision: changes[index].createRevision,
+                    expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
+                    timestampMilliseconds: changes[index].timestampMilliseconds,
+                    marks: marks.perChange.isEmpty ? [] : marks.perChange[index]
+                ) { (count, fill) throws(ZMQError) -> Bool in try publish(topic: key, count: count, fill: fill) }
+                counters.published += 1
+            } catch {
+                logger.warning("publish failed", metadata: ["topic": "\(key)", "error": "\(error)"])
+            }
         }
         if write.changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
@@ -404,17 +415,24 @@ extension BeaconServer {
 
     func publish(topic: String, body: [UInt8]) {
         do {
-            // XPUB never blocks: at a subscriber's high-water mark the message is dropped for that
-            // subscriber, which detects the gap from the sequencing marks and repairs it.
-            var topic = topic
-            _ = try topic.withUTF8 { (utf8) throws(ZMQError) in
-                try publisher.send(copying: UnsafeRawBufferPointer(utf8), flags: [.sendMore, .dontWait])
-            }
-            try publisher.send(body, flags: .dontWait)
+            try publish(topic: topic, count: body.count) { buffer in body.withUnsafeBytes { buffer.copyMemory(from: $0) } }
             counters.published += 1
         } catch {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
         }
+    }
+
+    /// Publishes `topic` and a body of `count` bytes that `fill` writes in the frame's memory.
+    @discardableResult
+    private func publish(topic: String, count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
+        // XPUB never blocks: at a subscriber's high-water mark the message is dropped for that
+        // subscriber, which detects the gap from the sequencing marks and repairs it.
+        var topic = topic
+        let publisher = publisher!
+        _ = try topic.withUTF8 { utf8 in
+            Result { () throws(ZMQError) in try publisher.send(copying: UnsafeRawBufferPointer(utf8), flags: [.sendMore, .dontWait]) }
+        }.get()
+        return try publisher.send(count: count, flags: .dontWait, fill: fill)
     }
 
     static func wireKind(_ kind: ChangeKind) -> Beacon_V1_Change.Kind {

@@ -88,10 +88,14 @@ struct SignalStore {
     }
 
     /// The version and create revision of the live entry for `key`, without copying its value.
+    /// Inlined, so that a caller reading it from a class property copies (retains) only what it
+    /// reads rather than the whole store.
+    @inline(__always)
     func liveVersions(_ key: String) -> Versions? {
         liveRecord(key).map { Versions(version: $0.fields.version, createRevision: $0.fields.createRevision) }
     }
 
+    @inline(__always)
     private func liveRecord(_ key: String) -> EntryRecord? {
         withUTF8Bytes(key) { key in
             guard let id = index.find(key, hash: KeyIndex.hash(key), in: records),

@@ -15,7 +15,9 @@ public final class Journal {
     /// Where the journal lives.
     public let path: String
     /// The journal's identity: random, chosen when the file was created, kept across restarts.
-    public private(set) var epoch: UInt64 = 0
+    /// Set once at open; read for every diff the daemon publishes, so without a dynamic
+    /// exclusivity check.
+    @exclusivity(unchecked) public private(set) var epoch: UInt64 = 0
     /// The highest committed revision (0 for a new journal).
     public private(set) var headRevision: UInt64 = 0
     /// History at or below this revision has been compacted: only the latest change per key remains.
@@ -270,30 +272,31 @@ public final class Journal {
         guard let first = chunks.first(where: { !$0.isEmpty }) else { return }
         precondition(first[0].revision > headRevision, "revisions must increase")
         var last = first[0].revision
-        do {
-            try inTransaction { () throws(SQLiteError) in
-                for chunk in chunks {
-                    // A buffer's elements are borrowed in place; an array's subscript in a
-                    // closure copies (retains) every field of the change.
-                    try chunk.withUnsafeBufferPointer { changes throws(SQLiteError) in
-                        for index in changes.indices {
-                            try insert(changes[index])
-                        }
-                        if let final = changes.last { last = final.revision }
+        // No closure around the loop: an array element read inside a closure is copied (every
+        // field retained); read here, it is borrowed in place.
+        do throws(SQLiteError) {
+            try begin.run()
+            do throws(SQLiteError) {
+                for chunk in chunks.indices {
+                    for index in chunks[chunk].indices {
+                        try insert(chunks[chunk][index])
                     }
+                    if let final = chunks[chunk].last?.revision { last = final }
                 }
+                try commitStatement.run()
+            } catch {
+                try? rollbackStatement.run()
+                throw error
             }
         } catch {
             throw JournalError(error, while: "cannot append revision \(first[0].revision)")
         }
         headRevision = last
         if unsavedChanges != nil {
-            for chunk in chunks where !chunk.isEmpty {
-                unsavedChanges!.append(chunk)
-                chunk.withUnsafeBufferPointer { changes in
-                    for index in changes.indices {
-                        unsavedStateBytes += changes[index].value.count + changes[index].key.utf8.count
-                    }
+            for chunk in chunks.indices where !chunks[chunk].isEmpty {
+                unsavedChanges!.append(chunks[chunk])
+                for index in chunks[chunk].indices {
+                    unsavedStateBytes += chunks[chunk][index].value.count + chunks[chunk][index].key.utf8.count
                 }
             }
         }

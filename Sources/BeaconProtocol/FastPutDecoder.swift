@@ -32,12 +32,13 @@ public struct FastPut {
             seen |= bit
             switch (field, wire) {
             case (1, 2):
-                guard let (s, e) = reader.lengthDelimited(),
-                      let key = String(validating: UnsafeRawBufferPointer(rebasing: bytes[s..<e]), as: UTF8.self) else { return false }
+                guard let (s, e) = reader.lengthDelimited(), let key = utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else {
+                    return false
+                }
                 result.key = key
             case (2, 2):
                 guard let (s, e) = reader.lengthDelimited(), isScalarValue(bytes, s, e) else { return false }
-                result.encodedValue = Array(bytes[s..<e])
+                result.encodedValue = Array(UnsafeRawBufferPointer(rebasing: bytes[s..<e]))
                 sawValue = true
             case (3, 0):
                 guard let version = reader.varint() else { return false }
@@ -50,12 +51,24 @@ public struct FastPut {
                 result.ttlMilliseconds = ttl
             case (6, 2):
                 guard let (s, e) = reader.lengthDelimited() else { return false }
-                result.writeID = Array(bytes[s..<e])
+                result.writeID = Array(UnsafeRawBufferPointer(rebasing: bytes[s..<e]))
             default:
                 return false
             }
         }
         return sawValue
+    }
+
+    /// `bytes` as a string, or `nil` when they are not valid UTF-8. ASCII, what keys almost
+    /// always are, skips the general validation, which costs several times the rest of the parse.
+    @inline(__always)
+    private static func utf8String(_ bytes: UnsafeRawBufferPointer) -> String? {
+        var ascii = true
+        for byte in bytes where byte >= 0x80 {
+            ascii = false
+            break
+        }
+        return ascii ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
     }
 
     /// Whether `bytes[start..<end]` is a `Value` with exactly one scalar field set.

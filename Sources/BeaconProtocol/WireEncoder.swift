@@ -3,113 +3,81 @@
 ///
 /// The output is byte-for-byte what SwiftProtobuf produces for the same message (fields in
 /// number order, proto3 defaults omitted); the tests decode it with SwiftProtobuf to prove it.
-public struct WireEncoder {
-    /// The encoded bytes so far.
-    public private(set) var bytes: [UInt8] = []
-
-    /// An empty encoder with room for `capacity` bytes.
-    public init(capacity: Int = 128) {
-        bytes.reserveCapacity(capacity)
-    }
-
-    @inline(__always)
-    mutating func varint(_ value: UInt64) {
-        var value = value
-        while value >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
-            value >>= 7
-        }
-        bytes.append(UInt8(value))
-    }
-
-    /// Appends a varint field (omitted when 0).
-    @inline(__always)
-    public mutating func field(_ number: UInt64, _ value: UInt64) {
-        guard value != 0 else { return }
-        varint(number << 3)
-        varint(value)
-    }
-
-    /// Appends a length-delimited field (omitted when empty).
-    @inline(__always)
-    public mutating func field(_ number: UInt64, bytes value: some Collection<UInt8>) {
-        guard !value.isEmpty else { return }
-        varint(number << 3 | 2)
-        varint(UInt64(value.count))
-        bytes.append(contentsOf: value)
-    }
-
-    /// Appends a string field (omitted when empty).
-    @inline(__always)
-    public mutating func field(_ number: UInt64, string value: String) {
-        field(number, bytes: value.utf8)
-    }
-
-    /// Appends a nested message field, written by `body` (always present, even when empty).
-    @inline(__always)
-    public mutating func message(_ number: UInt64, _ body: (inout WireEncoder) -> Void) {
-        varint(number << 3 | 2)
-        // Encode in place behind a one-byte length, widening it afterwards if the body is long.
-        let lengthAt = bytes.count
-        bytes.append(0)
-        body(&self)
-        let length = bytes.count - lengthAt - 1
-        if length < 0x80 {
-            bytes[lengthAt] = UInt8(length)
-            return
-        }
-        var prefix: [UInt8] = []
-        var value = UInt64(length)
-        while value >= 0x80 {
-            prefix.append(UInt8(truncatingIfNeeded: value) | 0x80)
-            value >>= 7
-        }
-        prefix.append(UInt8(value))
-        bytes.replaceSubrange(lengthAt..<(lengthAt + 1), with: prefix)
-    }
-
-    // MARK: Beacon messages
-
+/// Like SwiftProtobuf, it sizes a message first and then writes it front to back into exactly
+/// that many bytes: one allocation, no growth, no length to patch afterwards.
+public enum WireEncoder {
     /// Encodes a `beacon.v1.Diff` whose change carries `encodedValue`, an encoded `Value`.
     public static func diff(epoch: UInt64, revision: UInt64, part: UInt32, parts: UInt32, kind: Beacon_V1_Change.Kind,
                             key: String, encodedValue: [UInt8], version: UInt64, createRevision: UInt64,
                             expiresAtMilliseconds: UInt64, timestampMilliseconds: UInt64,
                             marks: [Beacon_V1_PrefixMark]) -> [UInt8] {
-        var encoder = WireEncoder(capacity: 96 + key.utf8.count + encodedValue.count)
-        encoder.field(1, epoch)
-        encoder.message(2) { event in
-            event.field(1, revision)
-            event.field(2, UInt64(part))
-            event.field(3, UInt64(parts))
-            event.message(4) { change in
-                change.field(1, UInt64(kind.rawValue))
-                change.field(2, string: key)
-                if kind == .put { change.message(3) { $0.bytes.append(contentsOf: encodedValue) } }
-                change.field(4, version)
-                change.field(5, createRevision)
-                change.field(6, expiresAtMilliseconds)
+        diff(epoch: epoch, revision: revision, part: part, parts: parts, kind: kind, key: key, encodedValue: encodedValue,
+             version: version, createRevision: createRevision, expiresAtMilliseconds: expiresAtMilliseconds,
+             timestampMilliseconds: timestampMilliseconds, marks: marks) { count, fill in ProtoWriter.encode(count: count, filling: fill) }
+    }
+
+    /// Encodes the same `beacon.v1.Diff` into memory that `output` provides: it gets the size and
+    /// a function that writes exactly that many bytes into a buffer (a ZeroMQ frame's, say, so
+    /// that the diff is written once, in place).
+    @inline(__always)
+    public static func diff<Output, Failure: Error>(
+        epoch: UInt64, revision: UInt64, part: UInt32, parts: UInt32, kind: Beacon_V1_Change.Kind,
+        key: String, encodedValue: [UInt8], version: UInt64, createRevision: UInt64,
+        expiresAtMilliseconds: UInt64, timestampMilliseconds: UInt64, marks: [Beacon_V1_PrefixMark],
+        into output: (_ count: Int, _ fill: (UnsafeMutableRawBufferPointer) -> Void) throws(Failure) -> Output
+    ) throws(Failure) -> Output {
+        let kindNumber = UInt64(kind.rawValue)
+        let keyCount = key.utf8.count
+        var change = ProtoSize.field(1, kindNumber) + ProtoSize.field(2, byteCount: keyCount)
+        if kind == .put { change += ProtoSize.message(3, length: encodedValue.count) }
+        change += ProtoSize.field(4, version) + ProtoSize.field(5, createRevision) + ProtoSize.field(6, expiresAtMilliseconds)
+        let event = ProtoSize.field(1, revision) + ProtoSize.field(2, UInt64(part)) + ProtoSize.field(3, UInt64(parts))
+            + ProtoSize.message(4, length: change) + ProtoSize.field(5, timestampMilliseconds)
+        var total = ProtoSize.field(1, epoch) + ProtoSize.message(2, length: event)
+        for index in marks.indices { total += ProtoSize.message(3, length: markSize(marks[index])) }
+        return try output(total) { buffer in
+            ProtoWriter.write(into: buffer, count: total) { out in
+                out.field(1, epoch)
+                out.header(2, length: event)
+                out.field(1, revision)
+                out.field(2, UInt64(part))
+                out.field(3, UInt64(parts))
+                out.header(4, length: change)
+                out.field(1, kindNumber)
+                out.field(2, string: key)
+                if kind == .put {
+                    out.header(3, length: encodedValue.count)
+                    encodedValue.withUnsafeBytes { out.raw($0) }
+                }
+                out.field(4, version)
+                out.field(5, createRevision)
+                out.field(6, expiresAtMilliseconds)
+                out.field(5, timestampMilliseconds)
+                for index in marks.indices {
+                    out.header(3, length: markSize(marks[index]))
+                    out.field(1, string: marks[index].prefix)
+                    out.field(2, marks[index].previousRevision)
+                    out.field(3, UInt64(marks[index].parts))
+                }
             }
-            event.field(5, timestampMilliseconds)
         }
-        for mark in marks {
-            encoder.message(3) { m in
-                m.field(1, string: mark.prefix)
-                m.field(2, mark.previousRevision)
-                m.field(3, UInt64(mark.parts))
-            }
-        }
-        return encoder.bytes
+    }
+
+    private static func markSize(_ mark: Beacon_V1_PrefixMark) -> Int {
+        ProtoSize.field(1, byteCount: mark.prefix.utf8.count) + ProtoSize.field(2, mark.previousRevision)
+            + ProtoSize.field(3, UInt64(mark.parts))
     }
 
     /// Encodes a `beacon.v1.Request` carrying a plain `Put` of an already encoded value.
     public static func putRequest(id: UInt64, key: String, encodedValue: [UInt8]) -> [UInt8] {
-        var encoder = WireEncoder(capacity: 32 + key.utf8.count + encodedValue.count)
-        encoder.field(1, id)
-        encoder.message(13) { put in
-            put.field(1, string: key)
-            put.message(2) { $0.bytes.append(contentsOf: encodedValue) }
+        let put = ProtoSize.field(1, byteCount: key.utf8.count) + ProtoSize.message(2, length: encodedValue.count)
+        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(13, length: put)) { out in
+            out.field(1, id)
+            out.header(13, length: put)
+            out.field(1, string: key)
+            out.header(2, length: encodedValue.count)
+            encodedValue.withUnsafeBytes { out.raw($0) }
         }
-        return encoder.bytes
     }
 
     /// Encodes a `beacon.v1.Request` carrying a `Batch` of already encoded requests.
@@ -125,36 +93,174 @@ public struct WireEncoder {
     /// A message with `id` (field 1) and field 22 (`Batch` in a request, `BatchReply` in a reply)
     /// holding `items` as its repeated field 1.
     private static func batch(id: UInt64, _ items: [[UInt8]]) -> [UInt8] {
-        var encoder = WireEncoder(capacity: 16 + items.reduce(0) { $0 + $1.count + 3 })
-        encoder.field(1, id)
-        encoder.message(22) { batch in
-            for item in items { batch.message(1) { $0.bytes.append(contentsOf: item) } }
+        var body = 0
+        for index in items.indices { body += ProtoSize.message(1, length: items[index].count) }
+        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(22, length: body)) { out in
+            out.field(1, id)
+            out.header(22, length: body)
+            for index in items.indices {
+                out.header(1, length: items[index].count)
+                items[index].withUnsafeBytes { out.raw($0) }
+            }
         }
-        return encoder.bytes
     }
 
     /// Encodes a `beacon.v1.Reply` carrying a `WriteReply`.
     public static func writeReply(id: UInt64, revision: UInt64, versions: [UInt64], replayed: Bool = false) -> [UInt8] {
-        writeReply(id: id, revision: revision, versionCount: versions.count, replayed: replayed) { packed in
-            for version in versions { packed.varint(version) }
+        var packed = 0
+        for version in versions { packed += ProtoSize.varint(version) }
+        return writeReply(id: id, revision: revision, packedLength: packed, replayed: replayed) { out in
+            for version in versions { out.varint(version) }
         }
     }
 
     /// Encodes a `beacon.v1.Reply` carrying the `WriteReply` of a write that changed one key.
     public static func writeReply(id: UInt64, revision: UInt64, version: UInt64) -> [UInt8] {
-        writeReply(id: id, revision: revision, versionCount: 1, replayed: false) { $0.varint(version) }
+        writeReply(id: id, revision: revision, packedLength: ProtoSize.varint(version), replayed: false) { $0.varint(version) }
     }
 
-    private static func writeReply(id: UInt64, revision: UInt64, versionCount: Int, replayed: Bool,
-                                   versions: (inout WireEncoder) -> Void) -> [UInt8] {
-        var encoder = WireEncoder(capacity: 32 + versionCount * 2)
-        encoder.field(1, id)
-        encoder.message(14) { write in
-            write.field(1, revision)
-            // Packed: the varints behind one length, written in place.
-            if versionCount > 0 { write.message(2, versions) }
-            write.field(3, replayed ? 1 : 0)
+    @inline(__always)
+    private static func writeReply(id: UInt64, revision: UInt64, packedLength: Int, replayed: Bool,
+                                   versions: (inout ProtoWriter) -> Void) -> [UInt8] {
+        // Packed versions: the varints behind one length (omitted when there are none).
+        let write = ProtoSize.field(1, revision) + (packedLength > 0 ? ProtoSize.message(2, length: packedLength) : 0)
+            + ProtoSize.field(3, replayed ? 1 : 0)
+        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(14, length: write)) { out in
+            out.field(1, id)
+            out.header(14, length: write)
+            out.field(1, revision)
+            if packedLength > 0 {
+                out.header(2, length: packedLength)
+                versions(&out)
+            }
+            out.field(3, replayed ? 1 : 0)
         }
-        return encoder.bytes
+    }
+}
+
+/// Sizes of protobuf fields as ``ProtoWriter`` writes them.
+enum ProtoSize {
+    @inline(__always)
+    static func varint(_ value: UInt64) -> Int {
+        // 7 bits per byte; 0 still takes one byte.
+        (64 - (value | 1).leadingZeroBitCount + 6) / 7
+    }
+
+    /// A varint field; 0 when the value is 0 (proto3 omits defaults).
+    @inline(__always)
+    static func field(_ number: UInt64, _ value: UInt64) -> Int {
+        value == 0 ? 0 : varint(number << 3) + varint(value)
+    }
+
+    /// A length-delimited field of `byteCount` bytes; 0 when empty.
+    @inline(__always)
+    static func field(_ number: UInt64, byteCount: Int) -> Int {
+        byteCount == 0 ? 0 : message(number, length: byteCount)
+    }
+
+    /// A nested message field of `length` bytes (present even when empty).
+    @inline(__always)
+    static func message(_ number: UInt64, length: Int) -> Int {
+        varint(number << 3 | 2) + varint(UInt64(length)) + length
+    }
+}
+
+/// Writes protobuf fields front to back into memory sized beforehand by ``ProtoSize``. Every
+/// write checks the bound, so a size computed wrongly stops the process rather than corrupting
+/// memory (the tests compare every message with SwiftProtobuf's encoding).
+struct ProtoWriter {
+    private let base: UnsafeMutablePointer<UInt8>
+    private let capacity: Int
+    private(set) var count = 0
+
+    /// Exactly `count` bytes, written by `body`.
+    ///
+    /// Written into temporary memory (the stack, for small messages) and copied into the array:
+    /// `Array(unsafeUninitializedCapacity:)` allocates through an unspecialised runtime entry
+    /// point that looks the storage type up by name on every call, which costs several times
+    /// the copy.
+    @inline(__always)
+    static func encode(count: Int, _ body: (inout ProtoWriter) -> Void) -> [UInt8] {
+        encode(count: count, filling: { write(into: $0, count: count, body) })
+    }
+
+    /// Exactly `count` bytes, written into a buffer by `fill`.
+    @inline(__always)
+    static func encode(count: Int, filling fill: (UnsafeMutableRawBufferPointer) -> Void) -> [UInt8] {
+        withUnsafeTemporaryAllocation(byteCount: max(count, 1), alignment: 1) { buffer in
+            fill(UnsafeMutableRawBufferPointer(rebasing: buffer[..<count]))
+            return Array(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+        }
+    }
+
+    /// Writes exactly `count` bytes into `buffer` (at least that long) with `body`.
+    @inline(__always)
+    static func write(into buffer: UnsafeMutableRawBufferPointer, count: Int, _ body: (inout ProtoWriter) -> Void) {
+        precondition(buffer.count >= count, "a buffer of \(buffer.count) bytes for a message of \(count)")
+        var writer = ProtoWriter(base: buffer.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafeMutablePointer(bitPattern: 1)!,
+                                 capacity: count)
+        body(&writer)
+        precondition(writer.count == count, "a message was sized at \(count) bytes but \(writer.count) were written")
+    }
+
+    private init(base: UnsafeMutablePointer<UInt8>, capacity: Int) {
+        self.base = base
+        self.capacity = capacity
+    }
+
+    @inline(__always)
+    mutating func varint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            byte(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        byte(UInt8(value))
+    }
+
+    @inline(__always)
+    private mutating func byte(_ value: UInt8) {
+        precondition(count < capacity, "a message outgrew its computed size")
+        base[count] = value
+        count += 1
+    }
+
+    /// A varint field (omitted when 0).
+    @inline(__always)
+    mutating func field(_ number: UInt64, _ value: UInt64) {
+        guard value != 0 else { return }
+        varint(number << 3)
+        varint(value)
+    }
+
+    /// A length-delimited field (omitted when empty).
+    @inline(__always)
+    mutating func field(_ number: UInt64, bytes value: UnsafeRawBufferPointer) {
+        guard !value.isEmpty else { return }
+        header(number, length: value.count)
+        raw(value)
+    }
+
+    /// A string field (omitted when empty).
+    @inline(__always)
+    mutating func field(_ number: UInt64, string value: String) {
+        var value = value
+        value.withUTF8 { field(number, bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The tag and length of a nested message whose `length` bytes follow.
+    @inline(__always)
+    mutating func header(_ number: UInt64, length: Int) {
+        varint(number << 3 | 2)
+        varint(UInt64(length))
+    }
+
+    /// Bytes as they are.
+    @inline(__always)
+    mutating func raw(_ bytes: UnsafeRawBufferPointer) {
+        guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+        precondition(bytes.count <= capacity - count, "a message outgrew its computed size")
+        UnsafeMutableRawPointer(base + count).copyMemory(from: source, byteCount: bytes.count)
+        count += bytes.count
     }
 }

@@ -127,6 +127,25 @@ public final class ZMQSocket {
         }
     }
 
+    /// Sends one frame of `count` bytes that `fill` writes in place, in the frame's own memory:
+    /// no intermediate buffer, no copy.
+    /// - Returns: `false` when `.dontWait` was given and the frame could not be queued.
+    @discardableResult
+    public func send(count: Int, flags: ZMQFlags = [], fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
+        let socket = try live
+        var message = zmq_msg_t()
+        try zmqCall("zmq_msg_init_size") { zmq_msg_init_size(&message, count) }
+        // Closed on every path: after a successful send libzmq has emptied it, so closing is a no-op.
+        defer { zmq_msg_close(&message) }
+        fill(UnsafeMutableRawBufferPointer(start: zmq_msg_data(&message), count: count))
+        do {
+            try zmqCall("zmq_msg_send") { zmq_msg_send(&message, socket, flags.rawValue) }
+            return true
+        } catch where error.wouldBlock && flags.contains(.dontWait) {
+            return false
+        }
+    }
+
     /// Sends one frame copied from `bytes`.
     @discardableResult
     public func send(_ bytes: [UInt8], flags: ZMQFlags = []) throws(ZMQError) -> Bool {

@@ -260,6 +260,8 @@ struct DaemonBench: ParsableCommand {
         var loadedP99s: [Double] = []
         var loadRates: [Double] = []
         if only == "write-rate" {
+            // As beacond does first thing (SQLite's memory statistics take a global mutex per allocation).
+            if inProcess { _ = Journal.disableSQLiteMemoryStatistics() }
             for run in 0..<runs {
                 for batch in [1, batch] {
                     let daemon = try DaemonUnderTest(directory: directory + "/d\(run)-\(batch)", durability: durability,

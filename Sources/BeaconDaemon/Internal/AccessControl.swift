@@ -164,6 +164,7 @@ struct AccessControl {
     }
 
     /// Whether `peer` may create `creates` more keys.
+    @inline(__always)  // a caller reading it from a class property copies only what it reads
     func mayCreate(_ creates: Int, peer: String) -> Bool {
         limits.keysPerPeer == 0 || creates == 0 || owned[peer, default: 0] + creates <= Int(limits.keysPerPeer)
     }
