@@ -125,7 +125,8 @@ extension BeaconServer {
         do throws(WriteRejection) {
             try admit(ops, now: now)
             let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
-            let creates = changes.count { $0.kind == .put && $0.version == 1 }
+            var creates = 0
+            for index in changes.indices where changes[index].kind == .put && changes[index].version == 1 { creates += 1 }
             if !access.mayCreate(creates, peer: current.peer) {
                 counters.quotaExceeded += 1
                 throw WriteRejection(error: .with {
@@ -163,12 +164,12 @@ extension BeaconServer {
         }
         let limits = access.limits
         // The protocol's own limit is checked with the value's structure (WriteOp).
-        for (index, op) in ops.enumerated() where limits.maxValueBytes < WireLimits.maxValueBytes {
-            if case .put(let encoded, _, _, _) = op.action, encoded.count > limits.maxValueBytes {
+        for index in ops.indices where limits.maxValueBytes < WireLimits.maxValueBytes {
+            if case .put(let encoded, _, _, _) = ops[index].action, encoded.count > limits.maxValueBytes {
                 throw WriteRejection(error: .with {
                     $0.code = .valueTooLarge
-                    $0.message = "value of '\(op.key)' is \(encoded.count) bytes; this daemon's limit is \(limits.maxValueBytes) (max_value_bytes)"
-                    $0.key = op.key
+                    $0.message = "value of '\(ops[index].key)' is \(encoded.count) bytes; this daemon's limit is \(limits.maxValueBytes) (max_value_bytes)"
+                    $0.key = ops[index].key
                     $0.opIndex = UInt32(index)
                 })
             }
@@ -318,7 +319,7 @@ extension BeaconServer {
             submitStagedIfIdle(inline: false)
             // Indexing borrows each write; a for-in loop would copy (retain) every field.
             for index in batch.indices {
-                publish(batch[index])
+                publish(batch[index].changes)  // the array alone: passing the write would copy all of it
                 let revision = batch[index].changes[0].revision
                 publishedRevision = revision
                 if let writeID = batch[index].writeID {
@@ -373,11 +374,11 @@ extension BeaconServer {
 
     // MARK: Publishing
 
-    private func publish(_ write: StagedWrite) {
-        let revision = write.changes[0].revision
-        let marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : write.changes.map(\.key))
+    /// Publishes the diffs of one revision's changes, and its commit marker if it has several.
+    private func publish(_ changes: [JournalChange]) {
+        let revision = changes[0].revision
+        let marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : changes.map(\.key))
         let epoch = journal.epoch
-        let changes = write.changes
         for index in changes.indices {
             // Encoded straight into the frame libzmq sends.
             let key = changes[index].key
@@ -395,11 +396,11 @@ extension BeaconServer {
                 logger.warning("publish failed", metadata: ["topic": "\(key)", "error": "\(error)"])
             }
         }
-        if write.changes.count > 1 {
+        if changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
             marker.epoch = epoch
             marker.revision = revision
-            marker.parts = UInt32(write.changes.count)
+            marker.parts = UInt32(changes.count)
             marker.marks = marks.touched
             publishCommitMarkers(marker)
         }

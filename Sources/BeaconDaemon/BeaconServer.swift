@@ -482,15 +482,16 @@ public final class BeaconServer: @unchecked Sendable {
     private func drainRequests() {
         var count = 0
         while count < live.maxBatch {
-            let frames: [ZMQMessage]?
+            var received: [ZMQMessage]?
             do {
-                frames = try router.receiveMessage(flags: .dontWait)
+                received = try router.receiveMessage(flags: .dontWait)
             } catch {
                 logger.warning("receive failed", metadata: ["error": "\(error)"])
                 break
             }
-            guard var frames else { break }
-            let body = frames.removeLast()  // in place: the array is this loop's alone
+            // Taken out of the optional, so that the array is unique and loses its last frame in place.
+            guard var frames = received.take() else { break }
+            let body = frames.removeLast()
             count += handle(body, envelope: frames)  // a batch counts as each request it holds
             if staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.

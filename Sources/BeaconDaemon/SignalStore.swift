@@ -109,17 +109,19 @@ struct SignalStore {
     mutating func apply(_ changes: [JournalChange]) -> Undo {
         var undo = Undo(previousHead: headRevision)
         if changes.count > 1 { undo.rest.reserveCapacity(changes.count - 1) }
-        for change in changes {
-            withUTF8Bytes(change.key) { key in
+        // By index: a for-in loop would copy each change, retaining its key and value.
+        for index in changes.indices {
+            withUTF8Bytes(changes[index].key) { key in
                 let record = EntryRecord.make(
-                    key: key, keyHash: KeyIndex.hash(key), value: change.value, session: change.session, version: change.version,
-                    createRevision: change.createRevision, modRevision: change.revision,
-                    expiresAtMilliseconds: change.expiresAtMilliseconds, isDeleted: change.kind != .put)
+                    key: key, keyHash: KeyIndex.hash(key), value: changes[index].value, session: changes[index].session,
+                    version: changes[index].version, createRevision: changes[index].createRevision,
+                    modRevision: changes[index].revision, expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
+                    isDeleted: changes[index].kind != .put)
                 let (id, previous) = put(record, key: key)
                 if previous == nil { unordered.append(id) }
                 if undo.first == nil { undo.first = (id, previous) } else { undo.rest.append((id, previous)) }
             }
-            headRevision = max(headRevision, change.revision)
+            headRevision = max(headRevision, changes[index].revision)
         }
         return undo
     }
