@@ -87,9 +87,11 @@ let package = Package(
 
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
-        .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal"]),
-        .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol"]),
-        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal"]),
+        // What several test targets share (a seeded generator).
+        .target(name: "BeaconTestSupport", path: "Tests/BeaconTestSupport"),
+        .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal"]),
     ],
     swiftLanguageModes: [.v6]

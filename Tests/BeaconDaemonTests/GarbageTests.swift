@@ -1,21 +1,10 @@
 import BeaconDaemon
 import BeaconProtocol
+import BeaconTestSupport
 import BeaconWire
 import BeaconZMQ
 import Foundation
 import Testing
-
-/// A small deterministic generator, so that a failure can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 @Suite(.timeLimit(.minutes(2)))
 struct GarbageTests {
@@ -35,7 +24,7 @@ struct GarbageTests {
             .with { $0.id = 8; $0.stats = .init() },
         ]
         let encodedSeeds = try seeds.map { try $0.serializedBytes() as [UInt8] }
-        var random = SplitMix64(state: 0xBEAC_0001)
+        var random = SplitMix64(seed: 0xBEAC_0001)
         let context = try ZMQContext()
         let socket = try ZMQSocket(context, type: .dealer)
         try socket.setSendHighWaterMark(0)

@@ -1,4 +1,5 @@
 import BeaconJournal
+import BeaconTestSupport
 @testable import BeaconDaemon
 import Testing
 
@@ -12,18 +13,6 @@ struct SignalStoreTests {
         var version: UInt64
         var modRevision: UInt64
         var isDeleted: Bool
-    }
-
-    /// A small deterministic generator (SplitMix64).
-    struct Random {
-        var state: UInt64
-        mutating func next(_ bound: Int) -> Int {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return Int((z ^ (z >> 31)) % UInt64(bound))
-        }
     }
 
     static func change(_ key: String, revision: UInt64, value: [UInt8]?, version: UInt64) -> JournalChange {
@@ -55,7 +44,7 @@ struct SignalStoreTests {
     }
 
     @Test func randomWritesUndoesAndCompactionsMatchAModel() {
-        var random = Random(state: 42)
+        var random = SplitMix64(seed: 42)
         var store = SignalStore()
         var model: [String: Expected] = [:]
         let keys = (0..<600).map { "k.\($0 % 7).\($0)" }

@@ -1,4 +1,5 @@
 import BeaconJournal
+import BeaconTestSupport
 import Foundation
 import Testing
 
@@ -157,6 +158,61 @@ struct JournalTests {
         journal!.close()
         journal = nil
         #expect(try Journal(path: path).stateRevision == 12)
+    }
+
+    /// Whole revisions handed over as arrays split anywhere (a revision's parts in two arrays,
+    /// empty arrays between) journal exactly what the same revisions appended one by one do:
+    /// the same log, head and state, with checkpoints falling inside the split arrays.
+    @Test func appendingRevisionsSplitAcrossArraysMatchesAppendingThemWhole() throws {
+        let directory = try temporaryDirectory()
+        let whole = try Journal(path: directory + "/whole.sqlite")
+        let split = try Journal(path: directory + "/split.sqlite")
+        for journal in [whole, split] { journal.stateCheckpointInterval = 5 }
+        var random = SplitMix64(seed: 7)
+        var revisions: [[JournalChange]] = []
+        var versions: [String: UInt64] = [:]
+        for revision in UInt64(1)...200 {
+            let parts = Int(random.next() % 3) + 1
+            var keys: [String] = []
+            while keys.count < parts {
+                let key = "k\(random.next() % 20)"
+                if !keys.contains(key) { keys.append(key) }
+            }
+            revisions.append(keys.enumerated().map { part, key in
+                if versions[key] != nil, random.next() % 4 == 0 {
+                    versions[key] = nil
+                    return JournalChange(revision: revision, part: UInt32(part), parts: UInt32(parts), kind: .delete, key: key,
+                                         version: 0, createRevision: 0, timestampMilliseconds: 1000)
+                }
+                let version = (versions[key] ?? 0) + 1
+                versions[key] = version
+                return put(revision, key, "\(revision).\(part)", version: version, part: UInt32(part), parts: UInt32(parts))
+            })
+        }
+        for changes in revisions { try whole.append(changes) }
+        // Groups of up to 12 revisions, each group's changes cut into arrays at random points.
+        var flat = revisions.flatMap { $0 }[...]
+        while !flat.isEmpty {
+            let group = flat.prefix(Int(random.next() % 30) + 1)
+            let lastRevision = group.last!.revision
+            var take = group.count
+            while take < flat.count && flat[flat.startIndex + take].revision == lastRevision { take += 1 }
+            var chunks: [[JournalChange]] = []
+            var rest = flat.prefix(take)[...]
+            while !rest.isEmpty {
+                let cut = Int(random.next() % 4)
+                chunks.append(Array(rest.prefix(cut)))
+                rest = rest.dropFirst(cut)
+            }
+            try split.append(contentsOf: chunks)
+            flat = flat.dropFirst(take)
+        }
+        try split.append(contentsOf: [[], []])  // nothing to append: no change, no error
+        #expect(split.headRevision == 200 && whole.headRevision == 200)
+        #expect(try split.changes(prefix: "", from: 1, to: 200, limit: 1000).changes
+                == (try whole.changes(prefix: "", from: 1, to: 200, limit: 1000).changes))
+        #expect(try split.loadState() == (try whole.loadState()))
+        #expect(split.stateRevision == 200)
     }
 
     /// Checkpoints write the latest change per key from memory; a journal reopened from a crash

@@ -1,4 +1,5 @@
 import BeaconProtocol
+import BeaconTestSupport
 import Foundation
 import SwiftProtobuf
 import Testing
@@ -79,7 +80,7 @@ struct WireEncoderTests {
     /// Seeded random messages of every encoder, with field values at each varint length
     /// boundary and bodies on both sides of one-byte lengths: each exactly SwiftProtobuf's bytes.
     @Test func everyEncoderMatchesSwiftProtobufOnSeededRandomMessages() throws {
-        var random = SplitMix(seed: 0xBEAC0)
+        var random = SplitMix64(seed: 0xBEAC0)
         let boundaries: [UInt64] = [0, 1, 127, 128, 16_383, 16_384, 1 << 35, UInt64(UInt32.max), .max]
         func number() -> UInt64 {
             random.next() % 3 == 0 ? boundaries[Int(random.next() % UInt64(boundaries.count))] : random.next() >> (random.next() % 64)
@@ -131,18 +132,5 @@ struct WireEncoderTests {
             let encodedBatch = WireEncoder.batchRequest(id: batch.id, requests: Array(repeating: encodedPut, count: batch.batch.requests.count))
             #expect(encodedBatch == (try batch.serializedBytes() as [UInt8]))
         }
-    }
-}
-
-/// A small seeded generator (SplitMix64), so the random messages are the same on every run.
-private struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

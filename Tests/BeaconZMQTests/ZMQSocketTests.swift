@@ -117,4 +117,30 @@ struct ZMQSocketTests {
         #expect(received.count == payload.count)
         #expect(received.bytes == payload)
     }
+
+    @Test func framesFilledInPlaceArriveAsWrittenAndDontWaitReportsAFullQueue() throws {
+        let context = try ZMQContext()
+        let pull = try ZMQSocket(context, type: .pull)
+        try pull.bind("inproc://filled")
+        let push = try ZMQSocket(context, type: .push)
+        try push.connect("inproc://filled")
+        // Sizes on both sides of libzmq's inline limit (33 bytes), an empty frame, then a second
+        // frame of the same message.
+        for count in [0, 1, 33, 34, 4096] {
+            #expect(try push.send(count: count, flags: .sendMore) { buffer in
+                for index in buffer.indices { buffer[index] = UInt8(truncatingIfNeeded: index &* 7 &+ count) }
+            })
+            #expect(try push.send(count: 3) { $0.copyBytes(from: [9, 8, 7]) })
+            let frames = try #require(try pull.receiveMessage())
+            #expect(frames.count == 2)
+            #expect(frames[0].bytes == (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ count) })
+            #expect(frames[1].bytes == [9, 8, 7])
+        }
+
+        // With no peer a PUSH socket cannot queue: `.dontWait` says so instead of blocking or
+        // throwing, and the frame is released (nothing leaks, nothing is sent later).
+        let lonely = try ZMQSocket(context, type: .push)
+        try lonely.bind("inproc://nobody")
+        #expect(try lonely.send(count: 100, flags: .dontWait) { $0.initializeMemory(as: UInt8.self, repeating: 1) } == false)
+    }
 }
