@@ -87,12 +87,12 @@ let package = Package(
 
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
-        // What several test targets share (a seeded generator).
+        // What several test targets share (a seeded generator, systemd's notification socket).
         .target(name: "BeaconTestSupport", path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
         .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal"]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,5 @@
 import BeaconDaemon
+import BeaconTestSupport
 import Foundation
 import Testing
 
@@ -10,14 +11,7 @@ private final class DatagramSink {
 
     init(directory: String) throws {
         path = directory + "/notify.sock"
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        try #require(bound == 0, "cannot bind \(path)")
+        fd = try #require(boundDatagramSocket(at: path), "cannot bind \(path)")
     }
 
     deinit { close(fd) }

@@ -1,4 +1,5 @@
 import BeaconProtocol
+import BeaconTestSupport
 import BeaconWire
 import Foundation
 import Testing
@@ -13,14 +14,7 @@ final class NotifyListener: @unchecked Sendable {
 
     init(path: String) throws {
         self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        try #require(bound == 0, "cannot bind \(path)")
+        fd = try #require(boundDatagramSocket(at: path), "cannot bind \(path)")
         var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         Thread.detachNewThread { [self] in
