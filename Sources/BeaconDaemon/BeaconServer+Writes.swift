@@ -428,10 +428,9 @@ extension BeaconServer {
     private func publish(topic: String, count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
         // XPUB never blocks: at a subscriber's high-water mark the message is dropped for that
         // subscriber, which detects the gap from the sequencing marks and repairs it.
-        var topic = topic
         let publisher = publisher!
-        _ = try topic.withUTF8 { utf8 in
-            Result { () throws(ZMQError) in try publisher.send(copying: UnsafeRawBufferPointer(utf8), flags: [.sendMore, .dontWait]) }
+        _ = try withUTF8Bytes(topic) { utf8 in
+            Result { () throws(ZMQError) in try publisher.send(copying: utf8, flags: [.sendMore, .dontWait]) }
         }.get()
         return try publisher.send(count: count, flags: .dontWait, fill: fill)
     }

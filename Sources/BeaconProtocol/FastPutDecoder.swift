@@ -81,8 +81,9 @@ public struct FastPut {
         case (4, 1):
             guard reader.skip(8) else { return false }
         case (5, 2):
-            guard let (s, e) = reader.lengthDelimited(),
-                  String(validating: UnsafeRawBufferPointer(rebasing: bytes[s..<e]), as: UTF8.self) != nil else { return false }
+            guard let (s, e) = reader.lengthDelimited(), utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) != nil else {
+                return false
+            }
         case (6, 2):
             guard reader.lengthDelimited() != nil else { return false }
         default:
