@@ -53,14 +53,18 @@ public final class Computed<Value>: Signal<Value> {
     /// `effect`, reading it tracks a dependency.
     @inlinable
     public override var value: Value {
-        let context = ReactiveContext.current
-        if let cycle = bringUpToDate(context) {
-            return cycle
+        // Always inlined into the reader: the common path is a few loads and compares, and a
+        // call's prologue and epilogue were a third of a read (the slow paths stay out of line).
+        @inline(__always) get {
+            let context = ReactiveContext.current
+            if let cycle = bringUpToDate(context) {
+                return cycle
+            }
+            if let sub = context.activeSub {
+                context.track(node, by: sub)
+            }
+            return cached.unsafelyUnwrapped
         }
-        if let sub = context.activeSub {
-            context.track(node, by: sub)
-        }
-        return cached.unsafelyUnwrapped
     }
 
     /// The current value, recomputed first if a dependency changed, read without tracking.

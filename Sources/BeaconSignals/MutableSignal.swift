@@ -37,7 +37,8 @@ public final class MutableSignal<Value>: Signal<Value> {
     /// The current value. Reading tracks a dependency; writing notifies dependents.
     @inlinable
     public override var value: Value {
-        get {
+        // Always inlined into the reader, like `Computed.value`.
+        @inline(__always) get {
             let context = ReactiveContext.current
             if let sub = context.activeSub {
                 context.track(node, by: sub)
