@@ -152,21 +152,28 @@ extension UnsafeMutablePointer where Pointee == LinkState {
     }
 }
 
-/// A stack of node or link pointers in manually managed memory: the graph walks' scratch space.
-/// Pushing and popping need no uniqueness check, unlike an `Array` stored in the context.
+/// A list of node, link or object pointers in manually managed memory: the graph walks' scratch
+/// stacks and the context's queues. Appending, popping and indexing need no uniqueness check,
+/// unlike an `Array` stored in the context, and emptying it is one store.
 ///
-/// It lives in the thread's `ContextState` and is never copied; `deallocate()` frees it when the
-/// thread's context goes.
+/// Elements must be trivial (pointers): nothing is deinitialised. It lives in the thread's
+/// `ContextState` and is never copied; `deallocate()` frees it when the thread's context goes.
 @usableFromInline
-struct ScratchStack<Element> {
+struct ScratchList<Element> {
     private var base: UnsafeMutablePointer<Element>?
     private(set) var count = 0
     private var capacity = 0
 
-    init() {}
+    init() {
+        assert(_isPOD(Element.self), "ScratchList holds trivial elements only")
+    }
+
+    var isEmpty: Bool {
+        @inline(__always) get { count == 0 }
+    }
 
     @inline(__always)
-    mutating func push(_ element: Element) {
+    mutating func append(_ element: Element) {
         if count == capacity {
             grow()
         }
@@ -174,16 +181,30 @@ struct ScratchStack<Element> {
         count += 1
     }
 
-    /// Removes and returns the top element; the stack must not be empty.
+    /// Removes and returns the last element; the list must not be empty.
     @inline(__always)
-    mutating func pop() -> Element {
+    mutating func removeLast() -> Element {
         count -= 1
         return (base.unsafelyUnwrapped + count).move()
     }
 
-    /// The top element; the stack must not be empty.
-    var top: Element {
+    /// The last element; the list must not be empty.
+    var last: Element {
         @inline(__always) get { base.unsafelyUnwrapped[count - 1] }
+    }
+
+    /// The element at `index`, which must be below `count`.
+    subscript(index: Int) -> Element {
+        @inline(__always) get { base.unsafelyUnwrapped[index] }
+    }
+
+    /// Empties the list; its memory is kept unless it grew past `keepingAtMost` elements.
+    @inline(__always)
+    mutating func removeAll(keepingAtMost limit: Int = .max) {
+        count = 0
+        if capacity > limit {
+            deallocate()
+        }
     }
 
     @inline(never)
@@ -199,7 +220,6 @@ struct ScratchStack<Element> {
     }
 
     mutating func deallocate() {
-        base?.deinitialize(count: count)
         base?.deallocate()
         base = nil
         count = 0

@@ -134,12 +134,12 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                 // mark it stale. (Marking it stale here would break the rule that everything
                 // downstream of a stale node is stale too, and stop propagation short.)
                 dep.flags &= ~NodeFlags.stale
-                pointee.subscribeStack.push(dep)
+                pointee.subscribeStack.append(dep)
             }
             // Continue with the next not yet subscribed link of a newly watched node.
             var next: LinkRef?
             while next == nil && pointee.subscribeStack.count > base {
-                let node = pointee.subscribeStack.top
+                let node = pointee.subscribeStack.last
                 var candidate = node.firstDep
                 while let c = candidate, c.isSubscribed {
                     candidate = c.nextDep
@@ -147,7 +147,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                 if let candidate {
                     next = candidate
                 } else {
-                    _ = pointee.subscribeStack.pop()
+                    _ = pointee.subscribeStack.removeLast()
                 }
             }
             guard let next else { return }
@@ -213,7 +213,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                 }
             }
         }
-        pointee.unwatchQueue.removeAll(keepingCapacity: true)
+        pointee.unwatchQueue.removeAll(keepingAtMost: 4096)
     }
 
     // MARK: Push
@@ -238,7 +238,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                         }
                     } else if let firstSub = sub.firstSub {
                         if let nextSub = current.nextSub {
-                            pointee.propagationStack.push(nextSub)
+                            pointee.propagationStack.append(nextSub)
                         }
                         link = firstSub
                         continue
@@ -249,7 +249,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             if pointee.propagationStack.count == base {
                 return
             }
-            link = pointee.propagationStack.pop()
+            link = pointee.propagationStack.removeLast()
         }
     }
 
@@ -293,7 +293,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
                         cycleDetected()
                     }
                     if dep.flags & NodeFlags.evaluated != 0 {
-                        pointee.validationStack.push(current)
+                        pointee.validationStack.append(current)
                         node = dep
                         link = dep.firstDep
                         continue
@@ -312,7 +312,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             if pointee.validationStack.count == base {
                 return
             }
-            let parent = pointee.validationStack.pop()
+            let parent = pointee.validationStack.removeLast()
             node = parent.sub
             link = parent
         }
