@@ -16,6 +16,9 @@ import Darwin
 @discardableResult
 public func batch<T>(_ body: () throws -> T) rethrows -> T {
     let context = ReactiveContext.current
+    if context.batchDepth == 0 {
+        context.noteSettle()
+    }
     context.batchDepth += 1
     defer { context.endBatch() }
     return try body()

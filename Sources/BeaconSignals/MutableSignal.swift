@@ -10,6 +10,10 @@
 public final class MutableSignal<Value>: Signal<Value> {
     @exclusivity(unchecked) @usableFromInline var storage: Value
     @usableFromInline let equals: ((Value, Value) -> Bool)?
+    /// The context and its `settleCount` at this signal's last propagation: while both still
+    /// match inside a batch, every subscriber is stale and another write need not walk them.
+    @exclusivity(unchecked) @usableFromInline var propagatedIn: ReactiveContext?
+    @exclusivity(unchecked) @usableFromInline var propagatedAt: UInt64 = 0
 
     /// A signal whose writes always count as changes.
     ///
@@ -79,7 +83,12 @@ public final class MutableSignal<Value>: Signal<Value> {
         globalEpoch.wrappingAdd(1, ordering: .relaxed)
         if node.firstSub != nil {
             let context = ReactiveContext.current
-            context.propagate(from: node)
+            // Many writes to one signal in a batch walk its subscribers once.
+            if context.batchDepth == 0 || propagatedIn != context || propagatedAt != context.settleCount {
+                context.propagate(from: node)
+                propagatedIn = context
+                propagatedAt = context.settleCount
+            }
             if context.batchDepth == 0 {
                 context.flush()
             }

@@ -217,4 +217,104 @@ struct PropagationTests {
             watcher.dispose()
         }
     }
+
+    @Test("Many writes to one signal in a batch run each of its 1,000 effects once, with the last value")
+    func repeatedWritesInABatch() {
+        let source = MutableSignal(0)
+        var runs = Array(repeating: 0, count: 1000)
+        var seen = Array(repeating: -1, count: 1000)
+        let watchers = (0..<1000).map { index in
+            effect {
+                runs[index] += 1
+                seen[index] = source.value
+            }
+        }
+        batch {
+            for value in 1...500 {
+                source.value = value
+            }
+        }
+        #expect(runs.allSatisfy { $0 == 2 })
+        #expect(seen.allSatisfy { $0 == 500 })
+        for watcher in watchers {
+            watcher.dispose()
+        }
+    }
+
+    @Test("A write in a batch after a read brought a dependent up to date reaches it again")
+    func writeAfterReadInABatch() {
+        let source = MutableSignal(0)
+        var doubledRuns = 0
+        let doubled = computed { () -> Int in doubledRuns += 1; return source.value * 2 }
+        var seen: [Int] = []
+        let watcher = effect { seen.append(doubled.value) }
+        var readInside = -1
+        batch {
+            source.value = 1
+            readInside = doubled.value
+            source.value = 2
+            source.value = 3
+        }
+        #expect(readInside == 2)
+        #expect(seen == [0, 6])
+        #expect(doubledRuns == 3)
+        #expect(doubled.value == 6)
+        watcher.dispose()
+    }
+
+    @Test("An effect created in a batch after a write sees the batch's later writes")
+    func newSubscriberInABatch() {
+        let source = MutableSignal(0)
+        var outer: [Int] = []
+        let first = effect { outer.append(source.value) }
+        var inner: [Int] = []
+        var second: Effect?
+        batch {
+            source.value = 1
+            second = effect { inner.append(source.value) }
+            source.value = 2
+        }
+        #expect(outer == [0, 2])
+        #expect(inner == [1, 2])
+        first.dispose()
+        second?.dispose()
+    }
+
+    @Test("An effect that writes its own source twice in one run is re-run, as with one write")
+    func effectWritesItsSourceTwice() {
+        let source = MutableSignal(0)
+        var runs = 0
+        let watcher = effect {
+            runs += 1
+            let current = source.value
+            if current < 10 {
+                source.value = current + 1
+                source.value = current + 2
+            }
+        }
+        #expect(source.value == 10)
+        #expect(runs == 6)
+        watcher.dispose()
+    }
+
+    @Test("A write reaches an effect that started reading the signal after an earlier write in the same run")
+    func subscriberAddedBetweenWrites() {
+        let source = MutableSignal(0)
+        var otherRuns = 0
+        let other = effect { _ = source.value; otherRuns += 1 }
+        var runs = 0
+        let writer = effect {
+            runs += 1
+            if source.peek() < 6 {
+                source.value = 5
+                _ = source.value
+                source.value = 6
+            }
+        }
+        #expect(runs == 2)
+        #expect(otherRuns == 2)
+        #expect(source.value == 6)
+        other.dispose()
+        writer.dispose()
+    }
 }

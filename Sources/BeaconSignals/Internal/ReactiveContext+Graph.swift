@@ -114,6 +114,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     /// subscriber starts watching its own dependencies.
     @usableFromInline
     func subscribe(_ link: LinkRef) {
+        noteSettle()
         var pending = link
         let base = pointee.subscribeStack.count
         while true {
@@ -320,6 +321,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
 
     @inlinable @inline(__always)
     func markClean(_ node: NodeRef) {
+        noteSettle()
         node.flags &= ~NodeFlags.stale
         node.verifiedEpoch = epoch
     }
@@ -329,6 +331,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     func recompute(_ node: NodeRef) -> Bool {
         // Cleared first: a write during the update marks the node stale again.
         node.flags = (node.flags & ~NodeFlags.stale) | NodeFlags.computing
+        noteSettle()
         let epochBefore = epoch
         // Writes made by the node's own code run their effects after it finishes.
         pointee.batchDepth += 1

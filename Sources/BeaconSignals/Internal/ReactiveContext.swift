@@ -26,6 +26,10 @@ let publishedContextKey = Atomic<UInt64>(0)
 @usableFromInline
 let primaryContext = Atomic<UInt>(0)
 
+/// The highest `ContextState.settleCount` of every context freed so far. A new context starts
+/// above it, so a context made at a freed one's address never repeats a count of the old one.
+let retiredSettleCount = Atomic<UInt64>(0)
+
 /// Whether a thread has claimed `primaryContext`; it is claimed at most once per process.
 let primaryContextClaimed = Atomic<Bool>(false)
 
@@ -69,6 +73,12 @@ struct ContextState {
     /// its effect or `EffectScope` while it runs.
     var owner: Owner?
     @usableFromInline var batchDepth = 0
+    /// Counts what can bring a subscriber up to date or add one (an evaluation, a validation, a
+    /// subscription), and every outermost `batch`. A source written again within one batch or
+    /// evaluation with this count unchanged since it propagated has only stale subscribers, so it
+    /// need not walk them again (`MutableSignal.didChange`). A batch or an evaluation is one
+    /// synchronous call on one thread, so no other context can have touched the graph meanwhile.
+    @usableFromInline var settleCount: UInt64
     var isFlushing = false
     var flushCount: UInt64 = 0
     /// Effects to run at the end of the outermost write or batch; each holds a retain.
@@ -92,6 +102,10 @@ struct ContextState {
     var evaluationDepth = 0
     /// Stack position at the outermost evaluation.
     var stackBase: UInt = 0
+
+    init(settleCount: UInt64) {
+        self.settleCount = settleCount
+    }
 }
 
 /// The current thread's `ContextState`. Its members forward to the record, so that call sites
@@ -120,7 +134,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     static func makeCurrent() -> ReactiveContext {
         publishedContextKey.store(UInt64(contextKey) + 1, ordering: .releasing)
         let context = ReactiveContext.allocate(capacity: 1)
-        context.initialize(to: ContextState())
+        context.initialize(to: ContextState(settleCount: retiredSettleCount.load(ordering: .acquiring) &+ 1))
         pthread_setspecific(contextKey, UnsafeRawPointer(context))
         if primaryContextClaimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
             let primary = UnsafeMutablePointer<PrimaryContext>.allocate(capacity: 1)
@@ -137,6 +151,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             // The thread is ending; a later thread may get its id. The record stays allocated.
             primaryContext.store(0, ordering: .releasing)
         }
+        retiredSettleCount.max(context.pointee.settleCount, ordering: .releasing)
         var link = context.pointee.freeLinks
         while let current = link {
             link = current.pointee.nextDep
@@ -167,6 +182,17 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     var activeSub: NodeRef? {
         @inline(__always) get { pointee.activeSub }
         @inline(__always) nonmutating set { pointee.activeSub = newValue }
+    }
+
+    /// Records something that can bring a subscriber up to date or add one (see `settleCount`).
+    @inlinable @inline(__always)
+    func noteSettle() {
+        pointee.settleCount &+= 1
+    }
+
+    @inlinable
+    var settleCount: UInt64 {
+        @inline(__always) get { pointee.settleCount }
     }
 
     @inlinable
