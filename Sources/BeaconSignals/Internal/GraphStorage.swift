@@ -200,7 +200,7 @@ struct ScratchList<Element> {
 
     /// Empties the list; its memory is kept unless it grew past `keepingAtMost` elements.
     @inline(__always)
-    mutating func removeAll(keepingAtMost limit: Int = .max) {
+    mutating func removeAll(keepingAtMost limit: Int) {
         count = 0
         if capacity > limit {
             deallocate()

@@ -321,7 +321,8 @@ extension UnsafeMutablePointer where Pointee == ContextState {
 
     @inlinable @inline(__always)
     func markClean(_ node: NodeRef) {
-        noteSettle()
+        // No `noteSettle()`: a node validated without recomputing read every dependency at its
+        // current version, so it last evaluated (which counted) after any write to them.
         node.flags &= ~NodeFlags.stale
         node.verifiedEpoch = epoch
     }

@@ -73,8 +73,8 @@ struct ContextState {
     /// its effect or `EffectScope` while it runs.
     var owner: Owner?
     @usableFromInline var batchDepth = 0
-    /// Counts what can bring a subscriber up to date or add one (an evaluation, a validation, a
-    /// subscription), and every outermost `batch`. A source written again within one batch or
+    /// Counts what can bring a subscriber up to date or add one (an evaluation, a subscription),
+    /// and every outermost `batch`. A source written again within one batch or
     /// evaluation with this count unchanged since it propagated has only stale subscribers, so it
     /// need not walk them again (`MutableSignal.didChange`). A batch or an evaluation is one
     /// synchronous call on one thread, so no other context can have touched the graph meanwhile.
