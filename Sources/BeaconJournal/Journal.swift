@@ -26,9 +26,9 @@ public final class Journal {
     var compaction: CompactionRun?
 
     let database: SQLiteDatabase
-    // Read for every change appended: no dynamic exclusivity check (a journal is used by one
-    // thread at a time, and appending calls nothing that appends).
-    @exclusivity(unchecked) private var insertChange: SQLiteStatement!
+    // Read for every append: no dynamic exclusivity check (a journal is used by one thread at
+    // a time, and appending calls nothing that appends).
+    @exclusivity(unchecked) private var changeLog: ChangeLogWriter!
     private var upsertState: SQLiteStatement!
     private var saveStateRevision: SQLiteStatement!
     /// The state table reflects every change up to this revision; later ones are in the log only.
@@ -120,7 +120,7 @@ public final class Journal {
         if database.handle != nil, upsertState != nil {
             try? checkpointState()
         }
-        insertChange = nil
+        changeLog = nil
         upsertState = nil
         upsertStateRow = nil
         saveStateRevision = nil
@@ -211,10 +211,7 @@ public final class Journal {
     ]
 
     private func prepareStatements() throws(SQLiteError) {
-        insertChange = try database.prepare("""
-            INSERT INTO change_log(position, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id, session)
-            VALUES (?1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-            """)
+        changeLog = try ChangeLogWriter(database: database)
         // The latest change of every key changed at or after position ?1.
         upsertState = try database.prepare("""
             INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session)
@@ -272,17 +269,13 @@ public final class Journal {
         guard let first = chunks.first(where: { !$0.isEmpty }) else { return }
         precondition(first[0].revision > headRevision, "revisions must increase")
         var last = first[0].revision
-        // No closure around the loop: an array element read inside a closure is copied (every
-        // field retained); read here, it is borrowed in place.
+        for chunk in chunks.indices {
+            if let final = chunks[chunk].last?.revision { last = final }
+        }
         do throws(SQLiteError) {
             try begin.run()
             do throws(SQLiteError) {
-                for chunk in chunks.indices {
-                    for index in chunks[chunk].indices {
-                        try insert(chunks[chunk][index])
-                    }
-                    if let final = chunks[chunk].last?.revision { last = final }
-                }
+                try changeLog.insert(contentsOf: chunks)
                 try commitStatement.run()
             } catch {
                 try? rollbackStatement.run()
@@ -381,25 +374,6 @@ public final class Journal {
     /// The first position after every part of `revision`.
     static func position(after revision: UInt64) -> Int64 {
         Int64(min(revision, maxRevision) + 1) << 11
-    }
-
-    private func insert(_ change: JournalChange) throws(SQLiteError) {
-        precondition(change.part < Journal.maxPartsPerRevision, "a revision has at most \(Journal.maxPartsPerRevision) parts")
-        let statement = insertChange!
-        statement.bind(1, Journal.position(change.revision, part: change.part))
-        statement.bind(3, Int64(change.parts))
-        statement.bind(4, change.kind.rawValue)
-        statement.bind(7, change.version)
-        statement.bind(8, change.createRevision)
-        statement.bind(9, change.expiresAtMilliseconds)
-        statement.bind(10, change.timestampMilliseconds)
-        try statement.borrowing(text: change.key, at: 5) { () throws(SQLiteError) in
-            try statement.borrowing(blob: change.value, at: 6) { () throws(SQLiteError) in
-                try statement.borrowing(blob: change.writeID, at: 11) { () throws(SQLiteError) in
-                    try statement.borrowing(blob: change.session, at: 12) { () throws(SQLiteError) in try statement.run() }
-                }
-            }
-        }
     }
 
     // MARK: Reading

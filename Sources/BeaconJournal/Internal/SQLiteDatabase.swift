@@ -137,6 +137,22 @@ final class SQLiteStatement {
         }.get()
     }
 
+    /// Binds `count` bytes at `bytes` as text (or a blob) without copying them: they must stay
+    /// valid and unchanged until the statement is next bound there or finalized.
+    func bindStatic(text bytes: UnsafeRawPointer, count: Int, at index: Int32) {
+        sqlite3_bind_text(statement, index, bytes.assumingMemoryBound(to: CChar.self), Int32(count), nil)
+    }
+    /// See ``bindStatic(text:count:at:)``.
+    func bindStatic(blob bytes: UnsafeRawPointer, count: Int, at index: Int32) {
+        sqlite3_bind_blob(statement, index, bytes, Int32(count), nil)
+    }
+
+    /// Runs the statement to completion and resets it, keeping its bindings for the next run.
+    func runKeepingBindings() throws(SQLiteError) {
+        defer { sqlite3_reset(statement) }
+        while try step() {}
+    }
+
     /// Advances to the next row. - Returns: `true` for a row, `false` when done.
     @discardableResult
     func step() throws(SQLiteError) -> Bool {
