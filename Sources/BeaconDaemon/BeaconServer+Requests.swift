@@ -382,7 +382,19 @@ extension BeaconServer {
         case .peer(let envelope):
             send(body: body, to: envelope)
         case .batch(let replies, let slot):
-            if let whole = replies.fill(slot, with: body) { send(body: whole, to: replies.envelope) }
+            if let whole = replies.fill(slot, with: .encoded(body)) { send(body: whole, to: replies.envelope) }
+        }
+    }
+
+    /// Answers a write that changed one key; in a batch, without encoding a reply of its own.
+    func sendOneKeyWriteReply(id: UInt64, revision: UInt64, version: UInt64, to route: ReplyRoute) {
+        switch route {
+        case .peer(let envelope):
+            send(body: WireEncoder.writeReply(id: id, revision: revision, version: version), to: envelope)
+        case .batch(let replies, let slot):
+            if let whole = replies.fill(slot, with: .oneKeyWrite(id: id, revision: revision, version: version)) {
+                send(body: whole, to: replies.envelope)
+            }
         }
     }
 

@@ -331,10 +331,12 @@ extension BeaconServer {
             for index in batch.indices {
                 guard let route = batch[index].route else { continue }
                 let changes = batch[index].changes
-                let reply = changes.count == 1
-                    ? WireEncoder.writeReply(id: batch[index].requestID, revision: changes[0].revision, version: changes[0].version)
-                    : WireEncoder.writeReply(id: batch[index].requestID, revision: changes[0].revision, versions: changes.map(\.version))
-                send(body: reply, to: route)
+                if changes.count == 1 {
+                    sendOneKeyWriteReply(id: batch[index].requestID, revision: changes[0].revision, version: changes[0].version, to: route)
+                } else {
+                    send(body: WireEncoder.writeReply(id: batch[index].requestID, revision: changes[0].revision,
+                                                      versions: changes.map(\.version)), to: route)
+                }
             }
             submitStagedIfIdle()
         case .failure(let error):

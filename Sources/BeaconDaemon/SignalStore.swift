@@ -88,10 +88,12 @@ struct SignalStore {
     }
 
     /// The version and create revision of the live entry for `key`, without copying its value.
-    /// Inlined, so that a caller reading it from a class property copies (retains) only what it
-    /// reads rather than the whole store.
+    ///
+    /// `mutating` though it changes nothing: called on a class's property, a non-mutating method
+    /// whose body calls out (the key's bytes are read through a closure) gets a copy of the
+    /// whole store, six arrays retained and released per call; a mutating one gets its address.
     @inline(__always)
-    func liveVersions(_ key: String) -> Versions? {
+    mutating func liveVersions(_ key: String) -> Versions? {
         liveRecord(key).map { Versions(version: $0.fields.version, createRevision: $0.fields.createRevision) }
     }
 

@@ -90,6 +90,51 @@ public enum WireEncoder {
         batch(id: id, replies)
     }
 
+    /// One reply inside a `BatchReply`.
+    public enum BatchReplyItem: Sendable, Equatable {
+        /// A reply already encoded as a `beacon.v1.Reply`.
+        case encoded([UInt8])
+        /// The `WriteReply` of a write that changed one key, encoded in place by
+        /// ``batchReply(id:items:)``: the same bytes as ``writeReply(id:revision:version:)``
+        /// without an array of its own.
+        case oneKeyWrite(id: UInt64, revision: UInt64, version: UInt64)
+    }
+
+    /// Encodes a `beacon.v1.Reply` carrying a `BatchReply` of `items`, in order.
+    public static func batchReply(id: UInt64, items: [BatchReplyItem]) -> [UInt8] {
+        var body = 0
+        for index in items.indices {
+            switch items[index] {
+            case .encoded(let reply):
+                body += ProtoSize.message(1, length: reply.count)
+            case .oneKeyWrite(let id, let revision, let version):
+                body += ProtoSize.message(1, length: oneKeyWriteReplySize(id: id, revision: revision, version: version))
+            }
+        }
+        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(22, length: body)) { out in
+            out.field(1, id)
+            out.header(22, length: body)
+            for index in items.indices {
+                switch items[index] {
+                case .encoded(let reply):
+                    out.header(1, length: reply.count)
+                    reply.withUnsafeBytes { out.raw($0) }
+                case .oneKeyWrite(let id, let revision, let version):
+                    out.header(1, length: oneKeyWriteReplySize(id: id, revision: revision, version: version))
+                    writeReply(id: id, revision: revision, packedLength: ProtoSize.varint(version), replayed: false, into: &out) {
+                        $0.varint(version)
+                    }
+                }
+            }
+        }
+    }
+
+    @inline(__always)
+    private static func oneKeyWriteReplySize(id: UInt64, revision: UInt64, version: UInt64) -> Int {
+        let write = writeReplyBodySize(revision: revision, packedLength: ProtoSize.varint(version), replayed: false)
+        return ProtoSize.field(1, id) + ProtoSize.message(14, length: write)
+    }
+
     /// A message with `id` (field 1) and field 22 (`Batch` in a request, `BatchReply` in a reply)
     /// holding `items` as its repeated field 1.
     private static func batch(id: UInt64, _ items: [[UInt8]]) -> [UInt8] {
@@ -122,19 +167,32 @@ public enum WireEncoder {
     @inline(__always)
     private static func writeReply(id: UInt64, revision: UInt64, packedLength: Int, replayed: Bool,
                                    versions: (inout ProtoWriter) -> Void) -> [UInt8] {
-        // Packed versions: the varints behind one length (omitted when there are none).
-        let write = ProtoSize.field(1, revision) + (packedLength > 0 ? ProtoSize.message(2, length: packedLength) : 0)
-            + ProtoSize.field(3, replayed ? 1 : 0)
+        let write = writeReplyBodySize(revision: revision, packedLength: packedLength, replayed: replayed)
         return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(14, length: write)) { out in
-            out.field(1, id)
-            out.header(14, length: write)
-            out.field(1, revision)
-            if packedLength > 0 {
-                out.header(2, length: packedLength)
-                versions(&out)
-            }
-            out.field(3, replayed ? 1 : 0)
+            writeReply(id: id, revision: revision, packedLength: packedLength, replayed: replayed, into: &out, versions: versions)
         }
+    }
+
+    /// The size of a `WriteReply`'s fields.
+    @inline(__always)
+    private static func writeReplyBodySize(revision: UInt64, packedLength: Int, replayed: Bool) -> Int {
+        // Packed versions: the varints behind one length (omitted when there are none).
+        ProtoSize.field(1, revision) + (packedLength > 0 ? ProtoSize.message(2, length: packedLength) : 0)
+            + ProtoSize.field(3, replayed ? 1 : 0)
+    }
+
+    /// Writes a `beacon.v1.Reply` carrying a `WriteReply`.
+    @inline(__always)
+    private static func writeReply(id: UInt64, revision: UInt64, packedLength: Int, replayed: Bool,
+                                   into out: inout ProtoWriter, versions: (inout ProtoWriter) -> Void) {
+        out.field(1, id)
+        out.header(14, length: writeReplyBodySize(revision: revision, packedLength: packedLength, replayed: replayed))
+        out.field(1, revision)
+        if packedLength > 0 {
+            out.header(2, length: packedLength)
+            versions(&out)
+        }
+        out.field(3, replayed ? 1 : 0)
     }
 }
 

@@ -1,4 +1,5 @@
 import BeaconProtocol
+import BeaconTestSupport
 import Foundation
 import SwiftProtobuf
 import Testing
@@ -24,6 +25,32 @@ struct BatchTests {
         ]
         let expectedReply: [UInt8] = try Beacon_V1_Reply.with { $0.id = 4; $0.batch.replies = replies }.serializedBytes()
         #expect(WireEncoder.batchReply(id: 4, replies: try replies.map { try $0.serializedBytes() }) == expectedReply)
+    }
+
+    /// One-key write replies written in place inside a batch reply are the bytes SwiftProtobuf
+    /// writes for them, beside already encoded replies, at every varint length of each field.
+    @Test func oneKeyWriteRepliesWrittenInPlaceMatchSwiftProtobuf() throws {
+        var random = SplitMix64(seed: 5)
+        for _ in 0..<300 {
+            var items: [WireEncoder.BatchReplyItem] = []
+            var expected: [Beacon_V1_Reply] = []
+            for _ in 0..<Int(random.next() % 70) + 1 {
+                // Each value a random number of bits wide, 0 included (proto3 omits it).
+                func value() -> UInt64 { random.next() >> (random.next() % 65) }
+                let id = value(), revision = value(), version = value()
+                if random.next() % 5 == 0 {
+                    let error = Beacon_V1_Reply.with { $0.id = id; $0.error = .with { $0.code = .versionConflict; $0.currentVersion = version } }
+                    items.append(.encoded(try error.serializedBytes()))
+                    expected.append(error)
+                } else {
+                    items.append(.oneKeyWrite(id: id, revision: revision, version: version))
+                    expected.append(.with { $0.id = id; $0.write = .with { $0.revision = revision; $0.versions = [version] } })
+                }
+            }
+            let batchID = random.next() >> (random.next() % 65)
+            let encoded = WireEncoder.batchReply(id: batchID, items: items)
+            #expect(encoded == (try Beacon_V1_Reply.with { $0.id = batchID; $0.batch.replies = expected }.serializedBytes() as [UInt8]))
+        }
     }
 
     @Test func theFastPathFindsEachRequestsBytes() throws {

@@ -16,20 +16,20 @@ final class BatchReplies {
     /// The batch request's own id.
     let id: UInt64
     // The loop thread's alone: no dynamic exclusivity checks (two per write otherwise).
-    @exclusivity(unchecked) private var replies: [[UInt8]]
+    @exclusivity(unchecked) private var replies: [WireEncoder.BatchReplyItem?]
     @exclusivity(unchecked) private var missing: Int
 
     init(envelope: [ZMQMessage], id: UInt64, count: Int) {
         self.envelope = envelope
         self.id = id
-        replies = Array(repeating: [], count: count)
+        replies = Array(repeating: nil, count: count)
         missing = count
     }
 
     /// Stores the reply of the request in `slot`; returns the encoded `BatchReply` once it was
     /// the last one missing.
-    func fill(_ slot: Int, with reply: [UInt8]) -> [UInt8]? {
-        guard replies.indices.contains(slot), replies[slot].isEmpty else {
+    func fill(_ slot: Int, with reply: WireEncoder.BatchReplyItem) -> [UInt8]? {
+        guard replies.indices.contains(slot), replies[slot] == nil else {
             assertionFailure("a request of a batch was answered twice")
             return nil
         }
@@ -37,6 +37,6 @@ final class BatchReplies {
         missing -= 1
         guard missing == 0 else { return nil }
         defer { replies = [] }
-        return WireEncoder.batchReply(id: id, replies: replies)
+        return WireEncoder.batchReply(id: id, items: replies.map { $0! })
     }
 }
