@@ -61,7 +61,7 @@ final class ChangeLogWriter {
                 var slot: Int32 = 0, used = 0
                 while slot < Int32(rows) {
                     if index < chunks[chunk].count {
-                        bind(chunks[chunk][index], to: manyRows, firstParameter: slot * Self.parametersPerRow + 1, used: &used)
+                        bind(chunks, chunk, index, to: manyRows, firstParameter: slot * Self.parametersPerRow + 1, used: &used)
                         slot += 1
                         index += 1
                     } else {
@@ -75,7 +75,7 @@ final class ChangeLogWriter {
                 while done < rows {
                     if index < chunks[chunk].count {
                         var used = 0
-                        bind(chunks[chunk][index], to: oneRow, firstParameter: 1, used: &used)
+                        bind(chunks, chunk, index, to: oneRow, firstParameter: 1, used: &used)
                         try oneRow.statement.runKeepingBindings()
                         done += 1
                         index += 1
@@ -100,34 +100,37 @@ final class ChangeLogWriter {
         buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
     }
 
+    /// Binds change `index` of `chunks[chunk]` from `first` on, reading its fields in place:
+    /// passing the change itself would copy it (its key, value, write id and session retained).
     @inline(__always)
-    private func bind(_ change: JournalChange, to target: CachedStatement, firstParameter first: Int32, used: inout Int) {
-        precondition(change.part < Journal.maxPartsPerRevision, "a revision has at most \(Journal.maxPartsPerRevision) parts")
-        target.bind(first, Journal.position(change.revision, part: change.part))
-        target.bind(first + 1, Int64(change.parts))
-        target.bind(first + 2, change.kind.rawValue)
+    private func bind(_ chunks: [[JournalChange]], _ chunk: Int, _ index: Int, to target: CachedStatement,
+                      firstParameter first: Int32, used: inout Int) {
+        precondition(chunks[chunk][index].part < Journal.maxPartsPerRevision, "a revision has at most \(Journal.maxPartsPerRevision) parts")
+        target.bind(first, Journal.position(chunks[chunk][index].revision, part: chunks[chunk][index].part))
+        target.bind(first + 1, Int64(chunks[chunk][index].parts))
+        target.bind(first + 2, chunks[chunk][index].kind.rawValue)
         let keyStart = buffer + used
-        let keyCount = change.key.utf8.withContiguousStorageIfAvailable { utf8 in
+        let keyCount = chunks[chunk][index].key.utf8.withContiguousStorageIfAvailable { utf8 in
             if let base = utf8.baseAddress { keyStart.copyMemory(from: base, byteCount: utf8.count) }
             return utf8.count
         } ?? {
             var count = 0
-            for byte in change.key.utf8 { keyStart.storeBytes(of: byte, toByteOffset: count, as: UInt8.self); count += 1 }
+            for byte in chunks[chunk][index].key.utf8 { keyStart.storeBytes(of: byte, toByteOffset: count, as: UInt8.self); count += 1 }
             return count
         }()
         used += keyCount
         target.bindText(keyStart, count: keyCount, at: first + 3)
-        target.bindBlob(copy(change.value, used: &used), count: change.value.count, at: first + 4)
-        target.bind(first + 5, Int64(bitPattern: change.version))
-        target.bind(first + 6, Int64(bitPattern: change.createRevision))
-        target.bind(first + 7, Int64(bitPattern: change.expiresAtMilliseconds))
-        target.bind(first + 8, Int64(bitPattern: change.timestampMilliseconds))
-        if let writeID = change.writeID {
-            target.bindBlob(copy(writeID, used: &used), count: writeID.count, at: first + 9)
+        target.bindBlob(copy(chunks[chunk][index].value, used: &used), count: chunks[chunk][index].value.count, at: first + 4)
+        target.bind(first + 5, Int64(bitPattern: chunks[chunk][index].version))
+        target.bind(first + 6, Int64(bitPattern: chunks[chunk][index].createRevision))
+        target.bind(first + 7, Int64(bitPattern: chunks[chunk][index].expiresAtMilliseconds))
+        target.bind(first + 8, Int64(bitPattern: chunks[chunk][index].timestampMilliseconds))
+        if let count = chunks[chunk][index].writeID?.count {
+            target.bindBlob(copy(chunks[chunk][index].writeID!, used: &used), count: count, at: first + 9)
         } else {
             target.bindNull(first + 9)
         }
-        target.bindBlob(copy(change.session, used: &used), count: change.session.count, at: first + 10)
+        target.bindBlob(copy(chunks[chunk][index].session, used: &used), count: chunks[chunk][index].session.count, at: first + 10)
     }
 
     @inline(__always)
