@@ -1,4 +1,5 @@
 import BeaconJournal
+import Foundation
 
 /// The daemon's authoritative in-memory state: every key's current entry (tombstones too, until
 /// compaction), the head revision and the keys in order for prefix scans.
@@ -50,6 +51,10 @@ struct SignalStore {
     private var removedIDs: [UInt32] = []
     private var freeIDs: [UInt32] = []
     private var index = KeyIndex()
+    /// The key ``liveVersions(_:)`` last hashed, and its hash (hashing a key costs about 200
+    /// instructions; a write hashes its key to look it up, then again to apply it).
+    private var hashedKey = ""
+    private var hashedKeyHash: UInt32 = 0
     /// Record numbers in key order; may hold numbers since removed until the next merge.
     private var ordered: [UInt32] = []
     /// Record numbers added since `ordered` was last merged.
@@ -94,7 +99,24 @@ struct SignalStore {
     /// whole store, six arrays retained and released per call; a mutating one gets its address.
     @inline(__always)
     mutating func liveVersions(_ key: String) -> Versions? {
-        liveRecord(key).map { Versions(version: $0.fields.version, createRevision: $0.fields.createRevision) }
+        withUTF8Bytes(key) { bytes in
+            let hash = KeyIndex.hash(bytes)
+            hashedKey = key
+            hashedKeyHash = hash
+            guard let id = index.find(bytes, hash: hash, in: records),
+                  let record = records[Int(id)], !record.fields.isDeleted else { return nil }
+            return Versions(version: record.fields.version, createRevision: record.fields.createRevision)
+        }
+    }
+
+    /// The hash of `key` (whose bytes are `bytes`): the one ``liveVersions(_:)`` last computed
+    /// when it was for the same bytes, as it is when a write looks its key up and then applies it.
+    @inline(__always)
+    private func hash(of key: String, bytes: UnsafeRawBufferPointer) -> UInt32 {
+        let same = hashedKey.utf8.withContiguousStorageIfAvailable { memo in
+            memo.count == bytes.count && (bytes.isEmpty || memcmp(memo.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+        }
+        return same == true ? hashedKeyHash : KeyIndex.hash(bytes)
     }
 
     @inline(__always)
@@ -115,7 +137,7 @@ struct SignalStore {
         for index in changes.indices {
             withUTF8Bytes(changes[index].key) { key in
                 let record = EntryRecord.make(
-                    key: key, keyHash: KeyIndex.hash(key), value: changes[index].value, session: changes[index].session,
+                    key: key, keyHash: hash(of: changes[index].key, bytes: key), value: changes[index].value, session: changes[index].session,
                     version: changes[index].version, createRevision: changes[index].createRevision,
                     modRevision: changes[index].revision, expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
                     isDeleted: changes[index].kind != .put)
