@@ -196,68 +196,88 @@ extension BeaconServer {
     /// builds the changes of one revision; nothing is applied.
     func prepareChanges<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, revision: UInt64, now: UInt64, writeID: [UInt8])
         throws(WriteRejection) -> [JournalChange] where Ops.Index == Int {
-        func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "", index: Int, current: UInt64 = 0) -> WriteRejection {
-            var error = Beacon_V1_Error()
-            error.code = code
-            error.message = ops.count > 1 ? "operation \(index): \(message)" : message
-            error.key = key
-            error.opIndex = UInt32(index)
-            error.currentVersion = current
-            return WriteRejection(error: error)
+        func failure(_ code: Beacon_V1_Error.Code, _ message: String) -> WriteRejection {
+            Self.rejection(code, message, key: "", index: 0, current: 0, operations: ops.count)
         }
-        if ops.isEmpty { throw failure(.invalidArgument, "a transaction needs at least one operation", index: 0) }
+        if ops.isEmpty { throw failure(.invalidArgument, "a transaction needs at least one operation") }
         if ops.count > WireLimits.maxTxnOps {
-            throw failure(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)", index: 0)
+            throw failure(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)")
+        }
+        // Later operations of a transaction see the effect of earlier ones on the same key.
+        var pending: [String: SignalStore.Versions?] = [:]
+        if ops.count == 1 {
+            // An array literal allocates its one element directly; reserving capacity in an
+            // empty array goes through the general growth path, twice the cost.
+            return [try change(ops, at: 0, revision: revision, now: now, writeID: writeID, pending: &pending)]
         }
         var changes: [JournalChange] = []
         changes.reserveCapacity(ops.count)
-        // Later operations of a transaction see the effect of earlier ones on the same key.
-        var pending: [String: SignalStore.Versions?] = [:]
-        let isTransaction = ops.count > 1
         // By index: enumerating would copy each operation, its key and value retained.
         for index in ops.indices {
-            let part = UInt32(index)
-            let key = ops[index].key
-            if let problem = KeyPath.problem(key: key) {
-                throw failure(.invalidKey, problem.description, key: key, index: index)
-            }
-            if let problem = ops[index].valueProblem {
-                throw failure(problem.code, problem.message, key: key, index: index)
-            }
-            let current = isTransaction ? pending[key] ?? store.liveVersions(key) : store.liveVersions(key)
-            let version = current?.version ?? 0
-            if let expected = ops[index].ifVersion, expected != version {
-                throw failure(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", key: key, index: index, current: version)
-            }
-            let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
-            switch ops[index].action {
-            case .put(let encoded, let createOnly, let ttl, let session):
-                if session.count > WireLimits.maxSessionBytes {
-                    throw failure(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)", key: key, index: index)
-                }
-                if createOnly && current != nil {
-                    throw failure(.alreadyExists, "key '\(key)' already exists (version \(version))", key: key, index: index, current: version)
-                }
-                let expires = ttl > 0 ? now + ttl : 0
-                let change = JournalChange(
-                    revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: key, value: encoded,
-                    version: version + 1, createRevision: current?.createRevision ?? revision,
-                    expiresAtMilliseconds: expires, timestampMilliseconds: now, writeID: operationWriteID, session: session)
-                if isTransaction {
-                    pending[key] = .some(SignalStore.Versions(version: version + 1, createRevision: change.createRevision))
-                }
-                changes.append(change)
-            case .delete:
-                guard current != nil else {
-                    throw failure(.notFound, "key '\(key)' does not exist", key: key, index: index)
-                }
-                if isTransaction { pending[key] = .some(nil) }
-                changes.append(JournalChange(
-                    revision: revision, part: part, parts: UInt32(ops.count), kind: .delete, key: key,
-                    version: 0, createRevision: 0, timestampMilliseconds: now, writeID: operationWriteID))
-            }
+            changes.append(try change(ops, at: index, revision: revision, now: now, writeID: writeID, pending: &pending))
         }
         return changes
+    }
+
+    /// A refusal of operation `index` of a write of `operations` operations.
+    private static func rejection(_ code: Beacon_V1_Error.Code, _ message: String, key: String, index: Int, current: UInt64,
+                                  operations: Int) -> WriteRejection {
+        var error = Beacon_V1_Error()
+        error.code = code
+        error.message = operations > 1 ? "operation \(index): \(message)" : message
+        error.key = key
+        error.opIndex = UInt32(index)
+        error.currentVersion = current
+        return WriteRejection(error: error)
+    }
+
+    /// The change operation `index` of `ops` makes, checked against the current state and the
+    /// earlier operations of its transaction (`pending`, which it updates).
+    @inline(__always)
+    private func change<Ops: RandomAccessCollection<WriteOp>>(
+        _ ops: Ops, at index: Int, revision: UInt64, now: UInt64, writeID: [UInt8],
+        pending: inout [String: SignalStore.Versions?]
+    ) throws(WriteRejection) -> JournalChange where Ops.Index == Int {
+        let part = UInt32(index)
+        let key = ops[index].key
+        if let problem = KeyPath.problem(key: key) {
+            throw Self.rejection(.invalidKey, problem.description, key: key, index: index, current: 0, operations: ops.count)
+        }
+        if let problem = ops[index].valueProblem {
+            throw Self.rejection(problem.code, problem.message, key: key, index: index, current: 0, operations: ops.count)
+        }
+        let isTransaction = ops.count > 1
+        let current = isTransaction ? pending[key] ?? store.liveVersions(key) : store.liveVersions(key)
+        let version = current?.version ?? 0
+        if let expected = ops[index].ifVersion, expected != version {
+            throw Self.rejection(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", key: key, index: index, current: version, operations: ops.count)
+        }
+        let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
+        switch ops[index].action {
+        case .put(let encoded, let createOnly, let ttl, let session):
+            if session.count > WireLimits.maxSessionBytes {
+                throw Self.rejection(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)", key: key, index: index, current: 0, operations: ops.count)
+            }
+            if createOnly && current != nil {
+                throw Self.rejection(.alreadyExists, "key '\(key)' already exists (version \(version))", key: key, index: index, current: version, operations: ops.count)
+            }
+            let createRevision = current?.createRevision ?? revision
+            if isTransaction {
+                pending[key] = .some(SignalStore.Versions(version: version + 1, createRevision: createRevision))
+            }
+            return JournalChange(
+                revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: key, value: encoded,
+                version: version + 1, createRevision: createRevision,
+                expiresAtMilliseconds: ttl > 0 ? now + ttl : 0, timestampMilliseconds: now, writeID: operationWriteID, session: session)
+        case .delete:
+            guard current != nil else {
+                throw Self.rejection(.notFound, "key '\(key)' does not exist", key: key, index: index, current: 0, operations: ops.count)
+            }
+            if isTransaction { pending[key] = .some(nil) }
+            return JournalChange(
+                revision: revision, part: part, parts: UInt32(ops.count), kind: .delete, key: key,
+                version: 0, createRevision: 0, timestampMilliseconds: now, writeID: operationWriteID)
+        }
     }
 
     /// Batches up to this size commit on the loop thread when the commit thread is idle: at low

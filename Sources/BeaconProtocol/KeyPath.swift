@@ -21,16 +21,15 @@ public enum KeyPath {
         }
     }
 
+    /// Whether `byte` may appear in a segment: `A–Z a–z 0–9 _ - : @ /`, as one bit per byte
+    /// value (bytes 0–63 in the first word, 64–127 in the second; none above 127). A bit test
+    /// costs a quarter of the range comparisons it replaces, on every byte of every key.
     @inline(__always)
     static func isSegmentByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "/"):
-            true
-        default:
-            false
-        }
+        let low: UInt64 = 0x07FF_A000_0000_0000  // - / 0-9 :
+        let high: UInt64 = 0x07FF_FFFE_87FF_FFFF  // @ A-Z _ a-z
+        let word = byte < 64 ? low : byte < 128 ? high : 0
+        return (word >> UInt64(byte & 63)) & 1 != 0
     }
 
     /// Returns why `key` is not a valid key, or `nil` when it is.

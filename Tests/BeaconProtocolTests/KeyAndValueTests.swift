@@ -18,6 +18,21 @@ struct KeyPathTests {
         #expect(KeyPath.problem(key: "né") == .invalidCharacter(0xC3, offset: 1))
     }
 
+    /// Every ASCII character is accepted in a segment exactly when it is one of
+    /// `A–Z a–z 0–9 _ - : @ /` ('.' separates segments); no byte above 127 is.
+    @Test func eachASCIICharacterIsAllowedExactlyWhenTheSpecAllowsIt() {
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-:@/".utf8)
+        for byte in UInt8(0)..<128 where byte != UInt8(ascii: ".") {
+            let key = "a" + String(UnicodeScalar(byte)) + "b"
+            let expected: KeyPath.Problem? = allowed.contains(byte) ? nil : .invalidCharacter(byte, offset: 1)
+            #expect(KeyPath.problem(key: key) == expected, "byte \(byte)")
+        }
+        for scalar in ["\u{80}", "\u{FF}", "\u{2028}", "\u{1F600}"] {
+            let key = "a" + scalar
+            #expect(KeyPath.problem(key: key) == .invalidCharacter(Array(scalar.utf8)[0], offset: 1))
+        }
+    }
+
     @Test func prefixesMayBeEmptyOrEndInADot() {
         #expect(KeyPath.problem(prefix: "") == nil)
         #expect(KeyPath.problem(prefix: "net.") == nil)
