@@ -205,6 +205,7 @@ struct SequencingTests {
         let daemon = try TestDaemon()
         let client = try daemon.client()
         try client.subscribe("net.")
+        try awaitSequencing(client, prefix: "net.")  // the write below then moves the prefix's bookmark
         _ = try client.put("net.a", .int(1))
         _ = try client.put("audio.a", .int(1))
         let publication = try awaitPublication(client) {

@@ -59,6 +59,9 @@ struct WriteTests {
         let daemon = try TestDaemon()
         let client = try daemon.client()
         try client.subscribe("")
+        // Wait until the subscription is live and "" is sequenced: a diff published before that
+        // would be missed, and the commit marker would carry no mark for "".
+        try awaitSequencing(client, prefix: "")
         _ = try client.put("a", .int(0))
         let committed = try client.transaction([putOp("a", .int(1), ifVersion: 1), putOp("b", .int(2)), putOp("c", .int(3)), deleteOp("a")])
         #expect(committed.revision == 2)
@@ -73,7 +76,8 @@ struct WriteTests {
 
         var parts: [Beacon_V1_Event] = []
         var marker: Beacon_V1_CommitMarker?
-        while marker == nil, let publication = try awaitPublication(client, where: { _ in true }) {
+        // Heartbeats do not count, so that a missed marker ends the wait instead of prolonging it.
+        while marker == nil, let publication = try awaitPublication(client, where: { if case .heartbeat = $0 { false } else { true } }) {
             switch publication {
             case .diff(let diff) where diff.event.revision == 2: parts.append(diff.event)
             case .commit(let commit): marker = commit

@@ -27,7 +27,7 @@ final class ChangeLogWriter {
         manyRows = try CachedStatement(database.prepare(Self.insertSQL(rows: Self.rowsPerStatement)),
                                        parameters: Self.rowsPerStatement * Int(Self.parametersPerRow))
         oneRow = try CachedStatement(database.prepare(Self.insertSQL(rows: 1)), parameters: Int(Self.parametersPerRow))
-        bufferCapacity = 4096
+        bufferCapacity = Self.initialBufferBytes
         buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
     }
 
@@ -47,7 +47,7 @@ final class ChangeLogWriter {
             var endChunk = chunk, endIndex = index, rows = 0, bytes = 0
             while rows < Self.rowsPerStatement && endChunk < chunks.count {
                 if endIndex < chunks[endChunk].count {
-                    bytes += Self.byteCount(chunks[endChunk][endIndex])
+                    bytes += Self.byteCount(chunks, endChunk, endIndex)
                     rows += 1
                     endIndex += 1
                 } else {
@@ -55,7 +55,12 @@ final class ChangeLogWriter {
                     endIndex = 0
                 }
             }
-            guard rows > 0 else { return }
+            guard rows > 0 else {
+                // The statements' bindings may still point into a large buffer; nothing reads
+                // them before the next append binds every parameter again.
+                if bufferCapacity > Self.retainedBufferBytes { replaceBuffer(capacity: Self.initialBufferBytes) }
+                return
+            }
             reserve(bytes)
             if rows == Self.rowsPerStatement {
                 var slot: Int32 = 0, used = 0
@@ -88,15 +93,28 @@ final class ChangeLogWriter {
         }
     }
 
-    private static func byteCount(_ change: JournalChange) -> Int {
-        change.key.utf8.count + change.value.count + (change.writeID?.count ?? 0) + change.session.count
+    /// The bytes change `index` of `chunks[chunk]` puts in the buffer (read in place, as in
+    /// ``bind(_:_:_:to:firstParameter:used:)``).
+    @inline(__always)
+    private static func byteCount(_ chunks: [[JournalChange]], _ chunk: Int, _ index: Int) -> Int {
+        chunks[chunk][index].key.utf8.count + chunks[chunk][index].value.count
+            + (chunks[chunk][index].writeID?.count ?? 0) + chunks[chunk][index].session.count
     }
+
+    /// The buffer's usual size; one grown past `retainedBufferBytes` for large values is given
+    /// back after the append that needed it.
+    private static let initialBufferBytes = 4096
+    private static let retainedBufferBytes = 1 << 20
 
     /// Makes room for `bytes` bytes; what the buffer held is not kept.
     private func reserve(_ bytes: Int) {
         guard bytes > bufferCapacity else { return }
+        replaceBuffer(capacity: max(bytes, bufferCapacity * 2))
+    }
+
+    private func replaceBuffer(capacity: Int) {
         buffer.deallocate()
-        bufferCapacity = max(bytes, bufferCapacity * 2)
+        bufferCapacity = capacity
         buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
     }
 
