@@ -240,26 +240,29 @@ extension BeaconServer {
     ) throws(WriteRejection) -> JournalChange where Ops.Index == Int {
         let part = UInt32(index)
         let key = ops[index].key
+        func refusal(_ code: Beacon_V1_Error.Code, _ message: String, current: UInt64 = 0) -> WriteRejection {
+            Self.rejection(code, message, key: key, index: index, current: current, operations: ops.count)
+        }
         if let problem = KeyPath.problem(key: key) {
-            throw Self.rejection(.invalidKey, problem.description, key: key, index: index, current: 0, operations: ops.count)
+            throw refusal(.invalidKey, problem.description)
         }
         if let problem = ops[index].valueProblem {
-            throw Self.rejection(problem.code, problem.message, key: key, index: index, current: 0, operations: ops.count)
+            throw refusal(problem.code, problem.message)
         }
         let isTransaction = ops.count > 1
         let current = isTransaction ? pending[key] ?? store.liveVersions(key) : store.liveVersions(key)
         let version = current?.version ?? 0
         if let expected = ops[index].ifVersion, expected != version {
-            throw Self.rejection(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", key: key, index: index, current: version, operations: ops.count)
+            throw refusal(.versionConflict, "key '\(key)' is at version \(version), not \(expected)", current: version)
         }
         let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
         switch ops[index].action {
         case .put(let encoded, let createOnly, let ttl, let session):
             if session.count > WireLimits.maxSessionBytes {
-                throw Self.rejection(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)", key: key, index: index, current: 0, operations: ops.count)
+                throw refusal(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
             }
             if createOnly && current != nil {
-                throw Self.rejection(.alreadyExists, "key '\(key)' already exists (version \(version))", key: key, index: index, current: version, operations: ops.count)
+                throw refusal(.alreadyExists, "key '\(key)' already exists (version \(version))", current: version)
             }
             let createRevision = current?.createRevision ?? revision
             if isTransaction {
@@ -271,7 +274,7 @@ extension BeaconServer {
                 expiresAtMilliseconds: ttl > 0 ? now + ttl : 0, timestampMilliseconds: now, writeID: operationWriteID, session: session)
         case .delete:
             guard current != nil else {
-                throw Self.rejection(.notFound, "key '\(key)' does not exist", key: key, index: index, current: 0, operations: ops.count)
+                throw refusal(.notFound, "key '\(key)' does not exist")
             }
             if isTransaction { pending[key] = .some(nil) }
             return JournalChange(
