@@ -103,16 +103,14 @@ struct SignalStore {
             let hash = KeyIndex.hash(bytes)
             hashedKey = key
             hashedKeyHash = hash
-            guard let id = index.find(bytes, hash: hash, in: records),
-                  let record = records[Int(id)], !record.fields.isDeleted else { return nil }
-            return Versions(version: record.fields.version, createRevision: record.fields.createRevision)
+            return liveRecord(bytes, hash: hash).map { Versions(version: $0.fields.version, createRevision: $0.fields.createRevision) }
         }
     }
 
-    /// The hash of `key` (whose bytes are `bytes`): the one ``liveVersions(_:)`` last computed
-    /// when it was for the same bytes, as it is when a write looks its key up and then applies it.
+    /// The hash of a key's `bytes`: the one ``liveVersions(_:)`` last computed when it was for
+    /// the same bytes, as it is when a write looks its key up and then applies it.
     @inline(__always)
-    private func hash(of key: String, bytes: UnsafeRawBufferPointer) -> UInt32 {
+    private func hash(of bytes: UnsafeRawBufferPointer) -> UInt32 {
         let same = hashedKey.utf8.withContiguousStorageIfAvailable { memo in
             memo.count == bytes.count && (bytes.isEmpty || memcmp(memo.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
         }
@@ -121,11 +119,14 @@ struct SignalStore {
 
     @inline(__always)
     private func liveRecord(_ key: String) -> EntryRecord? {
-        withUTF8Bytes(key) { key in
-            guard let id = index.find(key, hash: KeyIndex.hash(key), in: records),
-                  let record = records[Int(id)], !record.fields.isDeleted else { return nil }
-            return record
-        }
+        withUTF8Bytes(key) { liveRecord($0, hash: KeyIndex.hash($0)) }
+    }
+
+    @inline(__always)
+    private func liveRecord(_ key: UnsafeRawBufferPointer, hash: UInt32) -> EntryRecord? {
+        guard let id = index.find(key, hash: hash, in: records),
+              let record = records[Int(id)], !record.fields.isDeleted else { return nil }
+        return record
     }
 
     /// Applies one committed revision's changes and advances the head.
@@ -137,7 +138,7 @@ struct SignalStore {
         for index in changes.indices {
             withUTF8Bytes(changes[index].key) { key in
                 let record = EntryRecord.make(
-                    key: key, keyHash: hash(of: changes[index].key, bytes: key), value: changes[index].value, session: changes[index].session,
+                    key: key, keyHash: hash(of: key), value: changes[index].value, session: changes[index].session,
                     version: changes[index].version, createRevision: changes[index].createRevision,
                     modRevision: changes[index].revision, expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
                     isDeleted: changes[index].kind != .put)

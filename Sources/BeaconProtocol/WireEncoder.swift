@@ -87,7 +87,7 @@ public enum WireEncoder {
 
     /// Encodes a `beacon.v1.Reply` carrying a `BatchReply` of already encoded replies.
     public static func batchReply(id: UInt64, replies: [[UInt8]]) -> [UInt8] {
-        batch(id: id, replies)
+        batchReply(id: id, items: replies.map(BatchReplyItem.encoded))
     }
 
     /// One reply inside a `BatchReply`.

@@ -45,15 +45,10 @@ final class ChangeLogWriter {
         while true {
             // The next group: up to rowsPerStatement rows from (chunk, index), and their bytes.
             var endChunk = chunk, endIndex = index, rows = 0, bytes = 0
-            while rows < Self.rowsPerStatement && endChunk < chunks.count {
-                if endIndex < chunks[endChunk].count {
-                    bytes += Self.byteCount(chunks, endChunk, endIndex)
-                    rows += 1
-                    endIndex += 1
-                } else {
-                    endChunk += 1
-                    endIndex = 0
-                }
+            while rows < Self.rowsPerStatement && Self.skipToChange(chunks, &endChunk, &endIndex) {
+                bytes += Self.byteCount(chunks, endChunk, endIndex)
+                rows += 1
+                endIndex += 1
             }
             guard rows > 0 else {
                 // The statements' bindings may still point into a large buffer; nothing reads
@@ -62,35 +57,34 @@ final class ChangeLogWriter {
                 return
             }
             reserve(bytes)
-            if rows == Self.rowsPerStatement {
-                var slot: Int32 = 0, used = 0
-                while slot < Int32(rows) {
-                    if index < chunks[chunk].count {
-                        bind(chunks, chunk, index, to: manyRows, firstParameter: slot * Self.parametersPerRow + 1, used: &used)
-                        slot += 1
-                        index += 1
-                    } else {
-                        chunk += 1
-                        index = 0
-                    }
+            // A whole group is bound into the multi-row statement and run once; a shorter one
+            // goes through the one-row statement, row by row.
+            let isWhole = rows == Self.rowsPerStatement
+            var used = 0
+            for slot in 0..<Int32(rows) {
+                _ = Self.skipToChange(chunks, &chunk, &index)
+                if isWhole {
+                    bind(chunks, chunk, index, to: manyRows, firstParameter: slot * Self.parametersPerRow + 1, used: &used)
+                } else {
+                    used = 0
+                    bind(chunks, chunk, index, to: oneRow, firstParameter: 1, used: &used)
+                    try oneRow.statement.runKeepingBindings()
                 }
-                try manyRows.statement.runKeepingBindings()
-            } else {
-                var done = 0
-                while done < rows {
-                    if index < chunks[chunk].count {
-                        var used = 0
-                        bind(chunks, chunk, index, to: oneRow, firstParameter: 1, used: &used)
-                        try oneRow.statement.runKeepingBindings()
-                        done += 1
-                        index += 1
-                    } else {
-                        chunk += 1
-                        index = 0
-                    }
-                }
+                index += 1
             }
+            if isWhole { try manyRows.statement.runKeepingBindings() }
         }
+    }
+
+    /// Moves (chunk, index) past empty chunks and ended ones to the next change.
+    /// - Returns: whether there is one.
+    @inline(__always)
+    private static func skipToChange(_ chunks: [[JournalChange]], _ chunk: inout Int, _ index: inout Int) -> Bool {
+        while chunk < chunks.count && index >= chunks[chunk].count {
+            chunk += 1
+            index = 0
+        }
+        return chunk < chunks.count
     }
 
     /// The bytes change `index` of `chunks[chunk]` puts in the buffer (read in place, as in
