@@ -2,6 +2,19 @@ import Logging
 import ServiceLifecycle
 import UnixSignals
 
+/// SIGHUP, trapped. Create it before ``BeaconServer/start()``: a SIGHUP that arrives before it
+/// is trapped ends the process (the default action), and systemd's `ExecReload=` or a test may
+/// send one as soon as the daemon answers. Once trapped, a SIGHUP is queued until the service
+/// reads it.
+public struct ReloadSignals: Sendable {
+    let signals: UnixSignalsSequence
+
+    /// Traps SIGHUP from now on.
+    public init() async {
+        signals = await UnixSignalsSequence(trapping: .sighup)
+    }
+}
+
 /// Runs a ``BeaconServer`` as a swift-service-lifecycle `Service`: started by `run()` unless it
 /// was started already (so a caller can report start-up failures first), stopped cleanly
 /// (pending writes committed and answered, journal closed) on graceful shutdown, and reloaded
@@ -12,17 +25,22 @@ public struct BeaconDaemonService: Service {
     private let notifier: SystemdNotifier?
     private let logger: Logger
     private let loadConfiguration: (@Sendable () throws -> DaemonConfiguration)?
+    private let reloadSignals: ReloadSignals?
 
     /// Creates a service for `server`.
     /// - Parameters:
     ///   - notifier: told of reloads (`RELOADING=1`, then `READY=1`).
+    ///   - reloadSignals: SIGHUP, trapped before the server started; `nil`: trapped when the
+    ///     service runs, which leaves a window in which a SIGHUP ends the process.
     ///   - loadConfiguration: reads the configuration again on SIGHUP; a configuration that does
     ///     not load is logged and the running one is kept. `nil`: SIGHUP is not handled.
     public init(server: BeaconServer, notifier: SystemdNotifier? = nil, logger: Logger = Logger(label: "beacond"),
+                reloadSignals: ReloadSignals? = nil,
                 loadConfiguration: (@Sendable () throws -> DaemonConfiguration)? = nil) {
         self.server = server
         self.notifier = notifier
         self.logger = logger
+        self.reloadSignals = reloadSignals
         self.loadConfiguration = loadConfiguration
     }
 
@@ -37,8 +55,10 @@ public struct BeaconDaemonService: Service {
                 if let loadConfiguration {
                     let notifier = notifier
                     let logger = logger
+                    let reloadSignals = reloadSignals
                     group.addTask {
-                        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+                        let signals = if let reloadSignals { reloadSignals.signals } else { await ReloadSignals().signals }
+                        for await _ in signals {
                             notifier?.reloading()
                             do {
                                 server.requestReload(try loadConfiguration())

@@ -89,6 +89,9 @@ struct Beacond: AsyncParsableCommand {
                            metadata: ["endpoints": "\(configuration.tcpEndpoints.joined(separator: ","))"])
         }
 
+        // Trapped before the server answers anyone: an early SIGHUP is then a queued reload,
+        // not the end of the process.
+        let reloadSignals = await ReloadSignals()
         let server: BeaconServer
         let notifier = SystemdNotifier()
         do {
@@ -104,7 +107,8 @@ struct Beacond: AsyncParsableCommand {
             Self.fail("beacond: \(error.message)", code: code)
         }
         let group = ServiceGroup(configuration: .init(
-            services: [.init(service: BeaconDaemonService(server: server, notifier: notifier, logger: logger) {
+            services: [.init(service: BeaconDaemonService(server: server, notifier: notifier, logger: logger,
+                                                          reloadSignals: reloadSignals) {
                 try self.loadConfiguration()
             })],
             gracefulShutdownSignals: [.sigterm, .sigint],
