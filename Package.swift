@@ -30,6 +30,8 @@ let package = Package(
         // C libraries, each imported by exactly one Swift target.
         .systemLibrary(name: "CBeaconZMQ", providers: [.apt(["libzmq3-dev"])]),
         .systemLibrary(name: "CBeaconSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        // libc's thread CPU affinity, hidden from Swift's Glibc module.
+        .systemLibrary(name: "CBeaconThreads"),
 
         // Thin Swift wrappers over the C libraries.
         .target(name: "BeaconZMQ", dependencies: ["CBeaconZMQ"]),
@@ -51,7 +53,7 @@ let package = Package(
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
-            "BeaconZMQ", "BeaconJournal", "BeaconProtocol",
+            "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "CBeaconThreads",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -59,6 +59,8 @@ public final class BeaconServer: @unchecked Sendable {
     var compactionSchedule = CompactionSchedule()
 
     private var context: ZMQContext?
+    /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
+    private var loopPlacement: ThreadPlacement?
     @exclusivity(unchecked) var router: ZMQSocket!
     @exclusivity(unchecked) var publisher: ZMQSocket!
     /// The ZAP handler's socket: every connection to the daemon is authenticated here.
@@ -207,6 +209,7 @@ public final class BeaconServer: @unchecked Sendable {
             ("curve_secret_key_file", next.curveKeys != live.curveKeys),
             ("tcp_insecure", next.tcpInsecure != live.tcpInsecure),
             ("pending_requests", next.limits.pendingRequests != live.limits.pendingRequests),
+            ("loop_cpu", next.loopCPU != live.loopCPU),
         ]
         for (name, changed) in restartOnly where changed {
             logger.warning("setting changed on reload; it takes effect at the next start", metadata: ["setting": "\(name)"])
@@ -289,6 +292,10 @@ public final class BeaconServer: @unchecked Sendable {
 
     private func openSockets() throws(DaemonError) {
         let config = configuration
+        // libzmq starts its I/O thread with the context's first socket, in the placement of the
+        // thread that makes it; this thread is put back as it was once the sockets are open.
+        let restore = placeForLoop()
+        defer { if let restore { try? restore.apply() } }
         var step = "creating the ZeroMQ context"
         do {
             let context = try ZMQContext()
@@ -316,6 +323,31 @@ public final class BeaconServer: @unchecked Sendable {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
         chmod(config.runtimeDirectory + "/" + WireEndpoint.requestSocketName, mode_t(config.socketMode))
+    }
+
+    /// Resolves `loop_cpu` and places the calling thread there, so that libzmq's I/O thread
+    /// starts there too. Returns the calling thread's placement before, or nil if it was left alone.
+    private func placeForLoop() -> ThreadPlacement? {
+        let cpu: Int
+        switch configuration.loopCPU {
+        case .off: return nil
+        case .cpu(let chosen): cpu = chosen
+        case .auto:
+            guard let last = try? ThreadPlacement.current().cpus.last else { return nil }
+            cpu = last
+        }
+        let placement = ThreadPlacement.batch(onCPU: cpu)
+        do {
+            let previous = try ThreadPlacement.current()
+            try placement.apply()
+            loopPlacement = placement
+            logger.info("the loop and libzmq's I/O thread run on one CPU, as batch work", metadata: ["cpu": "\(cpu)"])
+            return previous
+        } catch {
+            logger.warning("the loop and libzmq's I/O thread could not be placed on one CPU; running unplaced",
+                           metadata: ["cpu": "\(cpu)", "error": "\(error)"])
+            return nil
+        }
     }
 
     /// Binds `socket` to `endpoint` with the security that endpoint needs: ipc peers are
@@ -371,7 +403,12 @@ public final class BeaconServer: @unchecked Sendable {
     // MARK: Loop
 
     private func loop() {
-        Thread.current.name = "beacond-loop"
+        nameCurrentThread("beacond-loop")
+        do {
+            try loopPlacement?.apply()
+        } catch {
+            logger.warning("the loop could not join libzmq's I/O thread on its CPU", metadata: ["error": "\(error)"])
+        }
         var poller = ZMQPoller()
         var routerIndex = 0, publisherIndex = 0, wakeIndex = 0, zapIndex = 0
         var monitors: [ConnectionCounter] = []

@@ -41,6 +41,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var curveSecretKeyFile: String?
     /// Lets tcp endpoints run without CURVE: no encryption, no authentication.
     public var tcpInsecure = false
+    /// The CPU the loop thread and libzmq's I/O thread share (`loop_cpu`).
+    public var loopCPU: LoopCPU = .auto
 
     /// The daemon's CURVE key pair, read from ``curveSecretKeyFile`` by ``validate()``.
     public var curveKeys: ZMQCurveKeyPair?
@@ -76,6 +78,14 @@ public struct DaemonConfiguration: Sendable, Equatable {
         }
         if curveKeys == nil, let rule = access.rules.first(where: { if case .key = $0.subject { true } else { false } }) {
             throw PolicyError("the rule for \(rule.subject) needs curve_secret_key_file: CURVE keys are only checked on CURVE endpoints")
+        }
+        if case .cpu(let cpu) = loopCPU {
+            guard let allowed = try? ThreadPlacement.current().cpus else {
+                throw PolicyError("loop_cpu = \(cpu): the CPUs this process may run on cannot be read")
+            }
+            guard allowed.contains(cpu) else {
+                throw PolicyError("loop_cpu = \(cpu) is not a CPU this process may run on (\(allowed.map(String.init).joined(separator: ", ")))")
+            }
         }
         for endpoint in extraRequestEndpoints + extraPublishEndpoints where !endpoint.hasPrefix("tcp://") && !endpoint.hasPrefix("ipc://") {
             throw PolicyError("endpoint '\(endpoint)' is neither tcp:// nor ipc://")
@@ -189,6 +199,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
             case "tcp_insecure":
                 guard let flag = Bool(value) else { throw fail("'tcp_insecure' is true or false, not '\(value)'") }
                 copy.tcpInsecure = flag
+            case "loop_cpu":
+                guard let placement = LoopCPU(value) else { throw fail("'loop_cpu' is auto, off or a CPU number, not '\(value)'") }
+                copy.loopCPU = placement
             case "socket_mode":
                 guard let mode = UInt16(value, radix: 8), mode <= 0o777 else { throw fail("'socket_mode' is an octal mode such as 0660, not '\(value)'") }
                 copy.socketMode = mode
@@ -197,5 +210,36 @@ public struct DaemonConfiguration: Sendable, Equatable {
             }
         }
         self = copy
+    }
+}
+
+/// Where the daemon's loop thread and libzmq's I/O thread run. They hand each other every
+/// request, reply and diff; on one CPU, scheduled as batch work, they do so without waking
+/// another CPU each time, and libzmq sends what the loop queued in a few large writes.
+public enum LoopCPU: Sendable, Equatable, CustomStringConvertible {
+    /// The highest-numbered CPU the daemon may run on, chosen at start.
+    case auto
+    /// Wherever the kernel schedules them.
+    case off
+    /// This CPU; it must be one the daemon may run on.
+    case cpu(Int)
+
+    /// Parses `auto`, `off` or a CPU number.
+    public init?(_ text: String) {
+        switch text {
+        case "auto": self = .auto
+        case "off": self = .off
+        default:
+            guard let cpu = Int(text), ThreadPlacement.isRepresentable(cpu: cpu) else { return nil }
+            self = .cpu(cpu)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .auto: "auto"
+        case .off: "off"
+        case .cpu(let cpu): "\(cpu)"
+        }
     }
 }

@@ -49,6 +49,9 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Most requests read and committed as one group.", valueName: "n"))
     var maxBatch: Int?
 
+    @Option(name: .long, help: ArgumentHelp("The CPU the loop and libzmq's I/O thread share: auto, off or a CPU number.", valueName: "cpu"))
+    var loopCpu: String?
+
     @Flag(name: .long, help: "Allow tcp endpoints without CURVE: no encryption, no authentication (logged as a warning).")
     var tcpInsecure = false
 
@@ -147,6 +150,10 @@ struct Beacond: AsyncParsableCommand {
         if let maxBatch { configuration.maxBatch = max(maxBatch, 1) }
         if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
         if tcpInsecure { configuration.tcpInsecure = true }
+        if let loopCpu {
+            guard let placement = LoopCPU(loopCpu) else { throw ValidationError("loop-cpu is auto, off or a CPU number, not '\(loopCpu)'") }
+            configuration.loopCPU = placement
+        }
         try configuration.validate()
         return configuration
     }

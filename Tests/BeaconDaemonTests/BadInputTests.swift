@@ -116,6 +116,24 @@ struct BadInputTests {
         #expect(throws: DaemonConfiguration.FileError.self) { try configuration.apply(fileContents: "durability = maybe", path: "b.conf") }
         #expect(configuration.heartbeatIntervalMilliseconds == 250)  // unchanged by the failures
     }
+
+    @Test func loopCPUIsAutoOffOrACPUThisProcessMayRunOn() throws {
+        var configuration = DaemonConfiguration(runtimeDirectory: "/r", stateDirectory: "/s")
+        #expect(configuration.loopCPU == .auto)
+        try configuration.apply(fileContents: "loop_cpu = off\n", path: "b.conf")
+        #expect(configuration.loopCPU == .off)
+        try configuration.apply(fileContents: "loop_cpu = 0\n", path: "b.conf")
+        #expect(configuration.loopCPU == .cpu(0))
+        try configuration.validate()  // CPU 0 is one every process may run on here
+        for bad in ["fast", "-1", "1.5", "99999"] {
+            #expect(throws: DaemonConfiguration.FileError(path: "b.conf", line: 1, reason: "'loop_cpu' is auto, off or a CPU number, not '\(bad)'")) {
+                try configuration.apply(fileContents: "loop_cpu = \(bad)\n", path: "b.conf")
+            }
+        }
+        configuration.loopCPU = .cpu(1023)
+        let error = try #require(throws: PolicyError.self) { try configuration.validate() }
+        #expect(error.description.hasPrefix("loop_cpu = 1023 is not a CPU this process may run on ("), "\(error)")
+    }
 }
 
 extension WireClient {

@@ -91,6 +91,35 @@ struct DaemonProcessTests {
         #expect(daemon.stderr.contains("b.conf:2: 'durability' is 'normal' or 'full', not 'sometimes'"), "\(daemon.stderr)")
     }
 
+    @Test func theLoopAndLibzmqsIOThreadShareOneCPUAsBatchWork() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try client.put("placed", .with { $0.intValue = 1 })
+        let threads = try daemonThreads(daemon.process.processIdentifier)
+        let process = try #require(threads.first { $0.name == "beacond" })
+        let loop = try #require(threads.first { $0.name == "beacond-loop" })
+        let io = try #require(threads.first { $0.name == "ZMQbg/IO/0" })
+        let commit = try #require(threads.first { $0.name == "beacond-commit" })
+        let last = try #require(process.cpus.last)
+        #expect(loop.cpus == [last] && io.cpus == [last], "\(threads)")
+        #expect(loop.policy == 3 && io.policy == 3, "SCHED_BATCH: \(threads)")
+        // The commit thread, and the thread that started the loop, run anywhere as before.
+        #expect(commit.cpus == process.cpus && commit.policy == 0 && process.policy == 0, "\(threads)")
+        #expect(daemon.stderr.contains("the loop and libzmq's I/O thread run on one CPU, as batch work"), "\(daemon.stderr)")
+        #expect(daemon.stop() == 0)
+
+        let unplaced = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state", extraArguments: ["--loop-cpu", "off"])
+        _ = try WireClient(runtimeDirectory: unplaced.runtimeDirectory).put("placed", .with { $0.intValue = 2 })
+        let free = try daemonThreads(unplaced.process.processIdentifier)
+        let freeProcess = try #require(free.first { $0.name == "beacond" })
+        for name in ["beacond-loop", "ZMQbg/IO/0"] {
+            let thread = try #require(free.first { $0.name == name })
+            #expect(thread.cpus == freeProcess.cpus && thread.policy == 0, "\(free)")
+        }
+        #expect(unplaced.stop() == 0)
+    }
+
     @Test func sigtermStopsCleanlyWithTheJournalCheckpointed() throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
@@ -166,5 +195,31 @@ struct DaemonProcessTests {
         #expect(try client.stats().headRevision == head + UInt64(committed.count))
         #expect(try client.get("small").value.stringValue == "kept")
         #expect(daemon.stop() == 0)
+    }
+}
+
+
+/// One thread of a process, as /proc shows it: name, the CPUs it may run on, scheduling policy.
+struct ThreadInfo: CustomStringConvertible {
+    var name: String
+    var cpus: [Int]
+    var policy: Int
+    var description: String { "\(name) cpus \(cpus) policy \(policy)" }
+}
+
+func daemonThreads(_ pid: Int32) throws -> [ThreadInfo] {
+    let base = "/proc/\(pid)/task"
+    return try FileManager.default.contentsOfDirectory(atPath: base).map { tid in
+        let name = try String(contentsOfFile: "\(base)/\(tid)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let status = try String(contentsOfFile: "\(base)/\(tid)/status", encoding: .utf8)
+        let list = try #require(status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") }?.split(separator: "\t").last)
+        let cpus = list.split(separator: ",").flatMap { range -> [Int] in
+            let ends = range.split(separator: "-").compactMap { Int($0) }
+            return ends.count == 2 ? Array(ends[0]...ends[1]) : ends
+        }
+        let sched = try String(contentsOfFile: "\(base)/\(tid)/sched", encoding: .utf8)
+        let policyLine = try #require(sched.split(separator: "\n").first { $0.hasPrefix("policy") })
+        let policy = try #require(policyLine.split(separator: ":").last.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) })
+        return ThreadInfo(name: name, cpus: cpus, policy: policy)
     }
 }

@@ -29,12 +29,12 @@ final class CommitThread: @unchecked Sendable {
         self.journal = journal
         self.onCommitted = onCommitted
         let thread = Thread { [self] in run() }
-        thread.name = "beacond-journal"
+        thread.name = "beacond-commit"
         thread.start()
     }
 
     private func run() {
-        Thread.current.name = "beacond-commit"
+        nameCurrentThread("beacond-commit")
         defer { finished.signal() }
         while true {
             work.wait()

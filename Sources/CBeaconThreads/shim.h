@@ -1,0 +1,26 @@
+#ifndef CBEACON_THREADS_SHIM_H
+#define CBEACON_THREADS_SHIM_H
+// CPU affinity and name of the calling thread. Glibc declares sched_getaffinity,
+// sched_setaffinity and pthread_setname_np only under _GNU_SOURCE, which Swift's Glibc module
+// is built without, so these go to the kernel.
+#include <stddef.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+
+/// Writes the calling thread's CPU mask (bit n: CPU n may run it) into `mask`, whose size is a
+/// multiple of 8 bytes. Returns the bytes the kernel wrote, or -1 with errno set.
+static inline long cbeacon_get_thread_cpus(unsigned char *mask, size_t bytes) {
+    return syscall(SYS_sched_getaffinity, 0, bytes, mask);
+}
+
+/// Sets the calling thread's CPU mask. Returns 0, or -1 with errno set.
+static inline long cbeacon_set_thread_cpus(const unsigned char *mask, size_t bytes) {
+    return syscall(SYS_sched_setaffinity, 0, bytes, mask);
+}
+
+/// Names the calling thread (the kernel keeps 15 bytes). Returns 0, or -1 with errno set.
+static inline int cbeacon_name_thread(const char *name) {
+    return prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+#endif
