@@ -549,8 +549,11 @@ public final class Journal {
 
     /// The file's size in bytes, write-ahead log included.
     public var sizeInBytes: UInt64 {
+        // stat(2) directly: FileManager's attributes also look up the owner's user and group
+        // names, reading /etc/passwd and /etc/group each time, and the daemon asks every heartbeat.
         func size(_ file: String) -> UInt64 {
-            ((try? FileManager.default.attributesOfItem(atPath: file))?[.size] as? NSNumber)?.uint64Value ?? 0
+            var info = stat()
+            return stat(file, &info) == 0 ? UInt64(info.st_size) : 0
         }
         return size(path) + size(path + "-wal")
     }
