@@ -337,17 +337,18 @@ public final class BeaconServer: @unchecked Sendable {
             cpu = last
         }
         let placement = ThreadPlacement.batch(onCPU: cpu)
+        guard let previous = try? ThreadPlacement.current() else { return nil }
         do {
-            let previous = try ThreadPlacement.current()
             try placement.apply()
-            loopPlacement = placement
-            logger.info("the loop and libzmq's I/O thread run on one CPU, as batch work", metadata: ["cpu": "\(cpu)"])
-            return previous
         } catch {
+            try? previous.apply()  // the CPU may have been set before the policy failed
             logger.warning("the loop and libzmq's I/O thread could not be placed on one CPU; running unplaced",
                            metadata: ["cpu": "\(cpu)", "error": "\(error)"])
             return nil
         }
+        loopPlacement = placement
+        logger.info("the loop and libzmq's I/O thread run on one CPU, as batch work", metadata: ["cpu": "\(cpu)"])
+        return previous
     }
 
     /// Binds `socket` to `endpoint` with the security that endpoint needs: ipc peers are
