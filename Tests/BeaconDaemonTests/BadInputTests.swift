@@ -124,7 +124,12 @@ struct BadInputTests {
         #expect(configuration.loopCPU == .off)
         try configuration.apply(fileContents: "loop_cpu = 0\n", path: "b.conf")
         #expect(configuration.loopCPU == .cpu(0))
-        try configuration.validate()  // CPU 0 is one every process may run on here
+        // The first CPU this process may run on (/proc/self/status: "Cpus_allowed_list:\t0-1").
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let list = try #require(status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") }?.split(separator: "\t").last)
+        let first = try #require(Int(list.prefix { $0.isNumber }))
+        configuration.loopCPU = .cpu(first)
+        try configuration.validate()
         for bad in ["fast", "-1", "1.5", "99999"] {
             #expect(throws: DaemonConfiguration.FileError(path: "b.conf", line: 1, reason: "'loop_cpu' is auto, off or a CPU number, not '\(bad)'")) {
                 try configuration.apply(fileContents: "loop_cpu = \(bad)\n", path: "b.conf")

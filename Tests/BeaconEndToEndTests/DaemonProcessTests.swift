@@ -198,7 +198,6 @@ struct DaemonProcessTests {
     }
 }
 
-
 /// One thread of a process, as /proc shows it: name, the CPUs it may run on, scheduling policy.
 struct ThreadInfo: CustomStringConvertible {
     var name: String
