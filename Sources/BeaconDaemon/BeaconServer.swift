@@ -328,16 +328,16 @@ public final class BeaconServer: @unchecked Sendable {
     /// Resolves `loop_cpu` and places the calling thread there, so that libzmq's I/O thread
     /// starts there too. Returns the calling thread's placement before, or nil if it was left alone.
     private func placeForLoop() -> ThreadPlacement? {
+        guard configuration.loopCPU != .off, let previous = try? ThreadPlacement.current() else { return nil }
         let cpu: Int
         switch configuration.loopCPU {
         case .off: return nil
         case .cpu(let chosen): cpu = chosen
         case .auto:
-            guard let last = try? ThreadPlacement.current().cpus.last else { return nil }
+            guard let last = previous.cpus.last else { return nil }
             cpu = last
         }
         let placement = ThreadPlacement.batch(onCPU: cpu)
-        guard let previous = try? ThreadPlacement.current() else { return nil }
         do {
             try placement.apply()
         } catch {
