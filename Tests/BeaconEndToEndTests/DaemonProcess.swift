@@ -31,15 +31,28 @@ final class DaemonProcess {
     let stderrPath: String
 
     /// Launches beacond; with `waitUntilReady`, returns once it answers a ping.
-    init(runtimeDirectory: String, stateDirectory: String, extraArguments: [String] = [], waitUntilReady: Bool = true) throws {
+    /// - Parameters:
+    ///   - environment: variables set for beacond on top of this process's own.
+    ///   - launcher: a command that runs beacond with its arguments (`/usr/bin/env`, say); none: beacond itself.
+    init(runtimeDirectory: String, stateDirectory: String, extraArguments: [String] = [], environment: [String: String] = [:],
+         launcher: String? = nil, waitUntilReady: Bool = true) throws {
         self.runtimeDirectory = runtimeDirectory
         self.stateDirectory = stateDirectory
         stderrPath = runtimeDirectory + ".stderr"
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: try binary("beacond"))
-        process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100"] + extraArguments
+        let arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100"] + extraArguments
+        if let launcher {
+            process.executableURL = URL(fileURLWithPath: launcher)
+            process.arguments = [try binary("beacond")] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: try binary("beacond"))
+            process.arguments = arguments
+        }
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
         process.standardOutput = FileHandle.nullDevice
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         try process.runSerially()
         if waitUntilReady { try waitForPing() }
     }
