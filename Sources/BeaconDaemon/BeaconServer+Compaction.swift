@@ -15,8 +15,9 @@ struct CompactionSchedule {
     var startedAt: UInt64 = 0
     /// Whether the last step failed: the next waits for `nextStepAt` even when the loop is idle.
     var backingOff = false
-    /// `Compact` requests answered when the compaction under way finishes.
-    var waiters: [(route: ReplyRoute, id: UInt64)] = []
+    /// `Compact` requests answered when the compaction under way finishes, in the places their
+    /// connections' replies keep for them.
+    var waiters: [(ticket: HoldTicket, id: UInt64)] = []
 
     static func monotonicNanoseconds() -> UInt64 {
         DispatchTime.now().uptimeNanoseconds
@@ -90,7 +91,7 @@ extension BeaconServer {
                 $0.compactedRevision = journal.compactedRevision
                 $0.removed = UInt64(progress.removed)
             }
-            send(reply, to: waiter.route)
+            replies.fill(waiter.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
         }
     }
 
@@ -114,7 +115,7 @@ extension BeaconServer {
             })
         }
         if journal.isCompacting {
-            compactionSchedule.waiters.append((route, id))
+            compactionSchedule.waiters.append((replies.hold(route, at: store.headRevision), id))
             return
         }
         var reply = Beacon_V1_Reply()

@@ -89,14 +89,16 @@ extension BeaconServer {
     }
 
     /// Answers request `id` with `rejection`'s error (and the head revision), counting it.
-    func refuse(_ id: UInt64, _ rejection: WriteRejection, route: ReplyRoute) {
+    /// - Parameter dependsOnStaged: whether the refusal was decided against staged writes (a
+    ///   version conflict, say), so that it is answered as retryable if they roll back.
+    func refuse(_ id: UInt64, _ rejection: WriteRejection, route: ReplyRoute, dependsOnStaged: Bool = false) {
         counters.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
         var wireError = rejection.error
         wireError.headRevision = store.headRevision
         reply.error = wireError
-        send(reply, to: route)
+        queueReply(.answer(reply, dependsOnStaged: dependsOnStaged), to: route)
     }
 
     /// The collector of a batch's replies, or `nil` after refusing a batch that is empty or
@@ -369,15 +371,36 @@ extension BeaconServer {
         send(reply, to: route)
     }
 
+    /// Answers with `reply` once the state it was decided against is durable, in request order.
     func send(_ reply: Beacon_V1_Reply, to route: ReplyRoute) {
-        guard let body: [UInt8] = try? reply.serializedBytes() else {
-            logger.error("reply not encoded", metadata: ["reply.id": "\(reply.id)"])
-            return
-        }
-        send(body: body, to: route)
+        queueReply(.answer(reply, dependsOnStaged: false), to: route)
     }
 
-    func send(body: [UInt8], to route: ReplyRoute) {
+    /// Queues `reply`, decided against the state staged now, behind the replies decided before it.
+    func queueReply(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64? = nil) {
+        replies.enqueue(reply, to: route, decidedAt: revision ?? store.headRevision, durableRevision: durableRevision,
+                        deliver: deliver)
+    }
+
+    /// Sends a reply the queue released.
+    func deliver(_ route: ReplyRoute, _ reply: PendingReply) {
+        switch reply {
+        case .oneKeyWrite(let id, let revision, let version):
+            sendOneKeyWriteReply(id: id, revision: revision, version: version, to: route)
+        case .write(let id, let revision, let versions):
+            send(body: WireEncoder.writeReply(id: id, revision: revision, versions: versions), to: route)
+        case .answer(let answer, _):
+            guard let body: [UInt8] = try? answer.serializedBytes() else {
+                logger.error("reply not encoded", metadata: ["reply.id": "\(answer.id)"])
+                return
+            }
+            send(body: body, to: route)
+        case .held:
+            assertionFailure("a held place is released only once filled")
+        }
+    }
+
+    private func send(body: [UInt8], to route: ReplyRoute) {
         switch route {
         case .peer(let envelope):
             send(body: body, to: envelope)
@@ -387,7 +410,7 @@ extension BeaconServer {
     }
 
     /// Answers a write that changed one key; in a batch, without encoding a reply of its own.
-    func sendOneKeyWriteReply(id: UInt64, revision: UInt64, version: UInt64, to route: ReplyRoute) {
+    private func sendOneKeyWriteReply(id: UInt64, revision: UInt64, version: UInt64, to route: ReplyRoute) {
         switch route {
         case .peer(let envelope):
             send(body: WireEncoder.writeReply(id: id, revision: revision, version: version), to: envelope)

@@ -4,11 +4,11 @@ import BeaconZMQ
 import Foundation
 import SwiftProtobuf
 
-/// A write applied to the store and waiting for its group commit.
+/// A write applied to the store and waiting for its group commit. Its reply, if a client asked
+/// for it, waits in the reply queue for the commit.
 struct StagedWrite {
-    /// Where the reply goes; `nil` for the daemon's own writes (expiries, ended sessions).
-    var route: ReplyRoute?
-    var requestID: UInt64
+    /// Whether the daemon wrote it itself (an expiry, an ended session).
+    var isDaemons: Bool
     var changes: [JournalChange]
     var undo: SignalStore.Undo
     var writeID: [UInt8]?
@@ -124,6 +124,10 @@ extension BeaconServer {
         }
         do throws(WriteRejection) {
             try admit(ops, now: now)
+        } catch {
+            return refuse(id, error, route: route)
+        }
+        do throws(WriteRejection) {
             let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
             var creates = 0
             for index in changes.indices where changes[index].kind == .put && changes[index].version == 1 { creates += 1 }
@@ -145,11 +149,16 @@ extension BeaconServer {
                     sessions.bind(changes[index].key, to: changes[index].session, now: now, ttl: live.sessionTTLMilliseconds)
                 }
             }
-            staged.append(StagedWrite(route: route, requestID: id, changes: changes, undo: undo,
-                                      writeID: writeID.isEmpty ? nil : writeID))
+            let revision = changes[0].revision
+            staged.append(StagedWrite(isDaemons: false, changes: changes, undo: undo, writeID: writeID.isEmpty ? nil : writeID))
             if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
+            let reply: PendingReply = changes.count == 1
+                ? .oneKeyWrite(id: id, revision: revision, version: changes[0].version)
+                : .write(id: id, revision: revision, versions: changes.map(\.version))
+            queueReply(reply, to: route, decidedAt: revision)
         } catch {
-            refuse(id, error, route: route)
+            // Decided against staged writes: it waits for them, and is retryable if they roll back.
+            refuse(id, error, route: route, dependsOnStaged: true)
         }
     }
 
@@ -344,23 +353,14 @@ extension BeaconServer {
             for index in batch.indices {
                 publish(batch[index].changes)  // the array alone: passing the write would copy all of it
                 let revision = batch[index].changes[0].revision
-                publishedRevision = revision
+                durableRevision = revision
                 if let writeID = batch[index].writeID {
                     remember(writeID: writeID, revision: revision)
                     pendingWriteIDs.remove(writeID)
                 }
             }
             counters.writes += UInt64(batch.count)
-            for index in batch.indices {
-                guard let route = batch[index].route else { continue }
-                let changes = batch[index].changes
-                if changes.count == 1 {
-                    sendOneKeyWriteReply(id: batch[index].requestID, revision: changes[0].revision, version: changes[0].version, to: route)
-                } else {
-                    send(body: WireEncoder.writeReply(id: batch[index].requestID, revision: changes[0].revision,
-                                                      versions: changes.map(\.version)), to: route)
-                }
-            }
+            replies.release(durableRevision: durableRevision, deliver: deliver)
             submitStagedIfIdle()
         case .failure(let error):
             let refused = batch + staged
@@ -371,16 +371,15 @@ extension BeaconServer {
             readOnlyUntilMilliseconds = Journal.nowMilliseconds() + 1000
             logger.error("journal commit failed; refusing writes for 1 s", metadata: [
                 "error": "\(error)", "writes": "\(refused.count)"])
-            for write in refused {
-                guard let route = write.route else {
-                    // An expiry: try again once the journal accepts writes.
-                    if let change = write.changes.first, let modRevision = write.undo.firstPreviousModRevision {
-                        expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: modRevision))
-                    }
-                    continue
+            for write in refused where write.isDaemons {
+                // An expiry: try again once the journal accepts writes.
+                if let change = write.changes.first, let modRevision = write.undo.firstPreviousModRevision {
+                    expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: modRevision))
                 }
-                reject(route, write.requestID, .readOnly, "the journal cannot be written (\(error)); nothing was changed")
             }
+            counters.rejected += UInt64(refused.count { !$0.isDaemons })
+            // Every reply waiting on the rolled-back writes, refusals decided against them too.
+            replies.rollBack(durableRevision: durableRevision, reason: error.description, deliver: deliver)
         }
     }
 
@@ -496,7 +495,7 @@ extension BeaconServer {
         heartbeat.epoch = journal.epoch
         heartbeat.instance = instance
         // Only what subscribers could have received: a heartbeat is a bookmark (PROTOCOL.md §6).
-        heartbeat.headRevision = publishedRevision
+        heartbeat.headRevision = durableRevision
         heartbeat.compactedRevision = journal.compactedRevision
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = now
@@ -517,7 +516,7 @@ extension BeaconServer {
                                        version: 0, createRevision: 0, timestampMilliseconds: now)
             let undo = store.apply([change])
             access.recordOwnership(of: [change], peer: nil)
-            staged.append(StagedWrite(route: nil, requestID: 0, changes: [change], undo: undo, writeID: nil))
+            staged.append(StagedWrite(isDaemons: true, changes: [change], undo: undo, writeID: nil))
         }
         submitStagedIfIdle()
     }
@@ -534,7 +533,7 @@ extension BeaconServer {
             }
             let undo = store.apply(changes)
             access.recordOwnership(of: changes, peer: nil)
-            staged.append(StagedWrite(route: nil, requestID: 0, changes: changes, undo: undo, writeID: nil))
+            staged.append(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
             logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
         }
         submitStagedIfIdle()

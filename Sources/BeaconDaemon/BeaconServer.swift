@@ -51,9 +51,11 @@ public final class BeaconServer: @unchecked Sendable {
     /// The journal's size, sampled every heartbeat (for `max_journal_bytes`).
     @exclusivity(unchecked) var journalBytes: UInt64 = 0
     @exclusivity(unchecked) var instance: UInt64 = 0
-    /// The last revision whose diffs were published (behind the store's head while writes are
-    /// staged or committing).
-    @exclusivity(unchecked) var publishedRevision: UInt64 = 0
+    /// The last revision journaled (under the configured durability) and published: behind the
+    /// store's head while writes are staged or committing. No reply waits for more, none names more.
+    @exclusivity(unchecked) var durableRevision: UInt64 = 0
+    /// Replies decided and waiting for the writes they depend on to be durable.
+    @exclusivity(unchecked) var replies = ReplyQueue()
     let startedAt = Date()
     /// The steps of a compaction under way.
     var compactionSchedule = CompactionSchedule()
@@ -271,7 +273,7 @@ public final class BeaconServer: @unchecked Sendable {
             try journal.loadState { loaded.load($0) }
             loaded.loaded(headRevision: journal.headRevision)
             store = loaded
-            publishedRevision = journal.headRevision
+            durableRevision = journal.headRevision
             for (writeID, revision) in try journal.recentWriteIDs(revisions: UInt64(Self.writeIDMemory)) {
                 remember(writeID: writeID, revision: revision)
             }

@@ -179,6 +179,8 @@ struct DaemonProcessTests {
         let pipeliner = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         let medium = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 9, count: 100_000) }
         for i in 0..<60 { try pipeliner.send(.put(.with { $0.key = "batch\(i)"; $0.value = medium })) }
+        // Decided against the staged puts: it must not stand if they roll back.
+        let probe = try pipeliner.send(.put(.with { $0.key = "batch59"; $0.value = .with { $0.intValue = 1 }; $0.createOnly = true }))
         var committed: [UInt64] = []
         var refused = 0
         for _ in 0..<60 {
@@ -190,6 +192,12 @@ struct DaemonProcessTests {
             }
         }
         #expect(refused > 0)
+        let probeReply = try #require(try pipeliner.receiveReply(timeoutMilliseconds: 5000))
+        #expect(probeReply.id == probe, "replies in request order")
+        let batch59Exists = (try? client.get("batch59")) != nil
+        // ALREADY_EXISTS only for a key that is durable; otherwise a retryable refusal.
+        #expect(probeReply.error.code == (batch59Exists ? .alreadyExists : .readOnly), "\(probeReply)")
+        #expect(probeReply.error.headRevision <= head + UInt64(committed.count))
         // What was acknowledged is exactly what the head advanced by; refused writes left no trace.
         #expect(committed == (0..<UInt64(committed.count)).map { head + 1 + $0 })
         #expect(try client.stats().headRevision == head + UInt64(committed.count))

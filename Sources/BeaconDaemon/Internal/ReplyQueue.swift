@@ -1,0 +1,163 @@
+import BeaconProtocol
+import BeaconZMQ
+
+/// A reply the loop has decided and not yet released.
+enum PendingReply {
+    /// A write that changed one key: answered once its revision is durable.
+    case oneKeyWrite(id: UInt64, revision: UInt64, version: UInt64)
+    /// A write that changed several keys (a transaction).
+    case write(id: UInt64, revision: UInt64, versions: [UInt64])
+    /// Any other answer. `dependsOnStaged`: a refusal decided against the current state, writes
+    /// not yet durable included (a version conflict, say), which must not outlive their rollback.
+    case answer(Beacon_V1_Reply, dependsOnStaged: Bool)
+    /// A place held for an answer that comes later (a compaction's): the connection's later
+    /// replies wait behind it.
+    case held(HoldTicket)
+}
+
+/// Names a reply whose place ``ReplyQueue/hold(_:at:)`` kept.
+struct HoldTicket: Hashable {
+    fileprivate let number: UInt64
+}
+
+/// The replies decided but not yet sent, released in the order they were decided once the
+/// journal's durable head reaches the state each was decided against (PROTOCOL.md §4.1).
+///
+/// Every reply is decided against the staged head of the moment, and that head never goes down
+/// while anything waits, so one queue in decision order keeps each connection's replies in
+/// request order and releases none early: no reply reveals a write a crash can take back, and
+/// none names a revision above the durable head. If a commit fails, what waits on it is answered
+/// as rolled back instead (``rollBack(durableRevision:reason:deliver:)``).
+///
+/// State only; the loop sends what it releases. Loop thread only.
+struct ReplyQueue {
+    private struct Entry {
+        var route: ReplyRoute
+        var reply: PendingReply
+        /// The staged head the reply was decided against.
+        var revision: UInt64
+    }
+
+    private var entries: [Entry] = []
+    /// The first entry not yet released.
+    private var head = 0
+    /// Connections with a held place: their replies queue here, behind it, by routing id.
+    private var holding: [[UInt8]: [Entry]] = [:]
+    private var nextTicket: UInt64 = 0
+
+    /// Replies waiting, held places included.
+    var count: Int { entries.count - head + holding.values.reduce(0) { $0 + $1.count } }
+
+    /// Queues `reply`, decided against state at `revision`, and releases it at once when it is
+    /// durable and nothing is ahead of it.
+    mutating func enqueue(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64,
+                          deliver: (ReplyRoute, PendingReply) -> Void) {
+        let entry = Entry(route: route, reply: reply, revision: revision)
+        if !holding.isEmpty, let connection = Self.connection(of: route), holding[connection] != nil {
+            holding[connection]!.append(entry)
+            return
+        }
+        if head == entries.count && revision <= durableRevision {
+            deliver(route, reply)
+            return
+        }
+        entries.append(entry)
+    }
+
+    /// Keeps a place for a reply that ``fill(_:with:durableRevision:deliver:)`` gives later; the
+    /// connection's replies decided meanwhile wait behind it.
+    mutating func hold(_ route: ReplyRoute, at revision: UInt64) -> HoldTicket {
+        nextTicket += 1
+        let ticket = HoldTicket(number: nextTicket)
+        guard let connection = Self.connection(of: route) else { return ticket }
+        holding[connection, default: []].append(Entry(route: route, reply: .held(ticket), revision: revision))
+        return ticket
+    }
+
+    /// Gives the held place of `ticket` its reply; it and the replies behind it then queue as
+    /// if decided now (still each waiting for its own revision).
+    mutating func fill(_ ticket: HoldTicket, with reply: Beacon_V1_Reply, durableRevision: UInt64,
+                       deliver: (ReplyRoute, PendingReply) -> Void) {
+        for (connection, waiting) in holding {
+            guard let index = waiting.firstIndex(where: { if case .held(ticket) = $0.reply { true } else { false } }) else { continue }
+            var waiting = waiting
+            waiting[index].reply = .answer(reply, dependsOnStaged: false)
+            holding[connection] = nil
+            // The first entry is the oldest held place; what follows a later one stays held.
+            let ready = waiting.firstIndex { if case .held = $0.reply { true } else { false } } ?? waiting.endIndex
+            if ready < waiting.endIndex { holding[connection] = Array(waiting[ready...]) }
+            for entry in waiting[..<ready] {
+                enqueue(entry.reply, to: entry.route, decidedAt: entry.revision, durableRevision: durableRevision, deliver: deliver)
+            }
+            return
+        }
+    }
+
+    /// Releases, in order, every reply decided at or below `durableRevision`.
+    mutating func release(durableRevision: UInt64, deliver: (ReplyRoute, PendingReply) -> Void) {
+        while head < entries.count, entries[head].revision <= durableRevision {
+            deliver(entries[head].route, entries[head].reply)
+            head += 1
+        }
+        compact()
+    }
+
+    /// A commit failed and the store went back to `durableRevision`: what waited for a later
+    /// revision is answered now, writes as not done, refusals decided against the rolled-back
+    /// writes as retryable (READ_ONLY), other answers as they were, naming the durable head.
+    mutating func rollBack(durableRevision: UInt64, reason: String, deliver: (ReplyRoute, PendingReply) -> Void) {
+        func rolledBack(_ entry: inout Entry) {
+            guard entry.revision > durableRevision else { return }
+            entry.revision = durableRevision
+            entry.reply = Self.rolledBack(entry.reply, durableRevision: durableRevision, reason: reason)
+        }
+        for index in entries.indices[head...] { rolledBack(&entries[index]) }
+        for connection in Array(holding.keys) {
+            for index in holding[connection]!.indices { rolledBack(&holding[connection]![index]) }
+        }
+        release(durableRevision: durableRevision, deliver: deliver)
+    }
+
+    private static func rolledBack(_ reply: PendingReply, durableRevision: UInt64, reason: String) -> PendingReply {
+        func readOnly(_ id: UInt64, _ message: String) -> PendingReply {
+            var answer = Beacon_V1_Reply()
+            answer.id = id
+            answer.error = .with {
+                $0.code = .readOnly
+                $0.message = message
+                $0.headRevision = durableRevision
+            }
+            return .answer(answer, dependsOnStaged: false)
+        }
+        switch reply {
+        case .oneKeyWrite(let id, _, _), .write(let id, _, _):
+            return readOnly(id, "the journal cannot be written (\(reason)); nothing was changed")
+        case .answer(let answer, true):
+            return readOnly(answer.id, "the journal cannot be written (\(reason)); this answer depended on writes that were rolled back, retry")
+        case .answer(var answer, false):
+            if case .error = answer.result { answer.error.headRevision = min(answer.error.headRevision, durableRevision) }
+            return .answer(answer, dependsOnStaged: false)
+        case .held:
+            return reply
+        }
+    }
+
+    /// Drops released entries once they are most of the array.
+    private mutating func compact() {
+        if head == entries.count {
+            entries.removeAll(keepingCapacity: entries.capacity <= 65_536)
+            head = 0
+        } else if head >= 4096 && head * 2 >= entries.count {
+            entries.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// The routing id of the connection a reply goes to.
+    private static func connection(of route: ReplyRoute) -> [UInt8]? {
+        switch route {
+        case .peer(let envelope): envelope.first?.bytes
+        case .batch(let replies, _): replies.envelope.first?.bytes
+        }
+    }
+}
