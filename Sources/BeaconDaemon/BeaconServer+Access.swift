@@ -114,7 +114,7 @@ extension BeaconServer {
     /// rights and limit, subscribes the peer (the XPUB is in manual mode), and sequences key
     /// prefixes while someone follows them.
     func drainSubscriptions() {
-        let now = Journal.nowMilliseconds()
+        let now = MonotonicTime.now().milliseconds
         while let frames = try? publisher.receiveMessage(flags: .dontWait) {
             let frame = frames[0]
             let bytes = frame.bytes

@@ -145,7 +145,7 @@ extension BeaconServer {
     /// Answers a read, snapshot, history, stats or admin request.
     private func answer(_ op: Beacon_V1_Request.OneOf_Op) throws(WriteRejection) -> Beacon_V1_Reply {
         var reply = Beacon_V1_Reply()
-        let now = Journal.nowMilliseconds()
+        let now = MonotonicTime.now()
         switch op {
         case .ping:
             reply.ping = .with {
@@ -200,7 +200,7 @@ extension BeaconServer {
                 reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now)
                 break
             }
-            let prefixRevision = tracker.lease(delta.prefix, until: now + configuration.prefixLeaseMilliseconds) {
+            let prefixRevision = tracker.lease(delta.prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds) {
                 initialRevision(prefix: delta.prefix)
             }
             var events = try events(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
@@ -239,8 +239,8 @@ extension BeaconServer {
                 $0.requests = counters.requests
                 $0.commits = counters.commits
                 $0.trackedPrefixes = UInt32(tracker.tracked.count)
-                $0.uptimeMs = UInt64(Date().timeIntervalSince(startedAt) * 1000)
-                $0.readOnly = readOnlyUntilMilliseconds > now
+                $0.uptimeMs = startedAt.milliseconds(until: now)
+                $0.readOnly = readOnlyUntil > now
                 $0.requestConnections = UInt32(requestConnections?.count ?? 0)
                 $0.subscriberConnections = UInt32(subscriberConnections?.count ?? 0)
                 $0.writesPerSecond = writeRate.perSecond
@@ -262,12 +262,18 @@ extension BeaconServer {
             guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
                 throw failure(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
             }
-            let session = sessions.keepAlive(id, ttl: UInt64(keepAlive.ttlMs), now: now)
-            let bound = session.keys.count { store.live($0)?.session == id }
-            if keepAlive.ttlMs == 0 { endSessions(now: now) }
+            guard keepAlive.ttlMs > 0 else {
+                // Ended now: its keys go in one revision, which this reply waits for.
+                if let keys = sessions.end(id), endSession(id, keys: keys) { submitStagedIfIdle() }
+                reply.keepAlive = Beacon_V1_KeepAliveReply()
+                break
+            }
+            let ttl = UInt64(keepAlive.ttlMs)
+            let (session, timerAt) = sessions.keepAlive(id, ttl: ttl, now: now)
+            if let timerAt { timers.schedule(.sessionEnd(session: id), at: timerAt) }
             reply.keepAlive = .with {
-                $0.keys = keepAlive.ttlMs == 0 ? 0 : UInt32(bound)
-                $0.expiresAtMs = keepAlive.ttlMs == 0 ? 0 : session.deadline
+                $0.keys = UInt32(session.keys.count { store.live($0)?.session == id })
+                $0.expiresAtMs = Journal.nowMilliseconds() + ttl  // as users read it: wall time
             }
 
         case .put, .delete, .txn, .batch, .compact:
@@ -276,7 +282,7 @@ extension BeaconServer {
         return reply
     }
 
-    private func snapshot(_ request: Beacon_V1_Snapshot, now: UInt64) throws(WriteRejection) -> Beacon_V1_SnapshotReply {
+    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(WriteRejection) -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
         result.epoch = journal.epoch
         result.compactedRevision = journal.compactedRevision
@@ -285,7 +291,7 @@ extension BeaconServer {
         if request.revision == 0 || request.revision == head {
             // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
             result.revision = head
-            result.prefixRevision = tracker.lease(request.prefix, until: now + configuration.prefixLeaseMilliseconds) {
+            result.prefixRevision = tracker.lease(request.prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds) {
                 initialRevision(prefix: request.prefix)
             }
             store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in

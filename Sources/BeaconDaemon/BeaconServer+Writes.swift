@@ -118,17 +118,18 @@ extension BeaconServer {
                 return replayWrite(route, id, revision: revision)
             }
         }
-        let now = Journal.nowMilliseconds()
-        if readOnlyUntilMilliseconds > now {
+        let clock = MonotonicTime.now()
+        if readOnlyUntil > clock {
             return reject(route, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
         }
         do throws(WriteRejection) {
-            try admit(ops, now: now)
+            try admit(ops, now: clock)
         } catch {
             return refuse(id, error, route: route)
         }
         do throws(WriteRejection) {
-            let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: now, writeID: writeID)
+            // Wall time for what is journaled (timestamps, a TTL's end as users read it).
+            let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: Journal.nowMilliseconds(), writeID: writeID)
             var creates = 0
             for index in changes.indices where changes[index].kind == .put && changes[index].version == 1 { creates += 1 }
             if !access.mayCreate(creates, peer: current.peer) {
@@ -141,12 +142,12 @@ extension BeaconServer {
             access.recordOwnership(of: changes, peer: current.peer)
             let undo = store.apply(changes)
             for index in changes.indices where changes[index].kind == .put {
-                if changes[index].expiresAtMilliseconds > 0 {
-                    expiries.insert(.init(atMilliseconds: changes[index].expiresAtMilliseconds, key: changes[index].key,
-                                          modRevision: changes[index].revision))
+                if changes[index].expiresAtMilliseconds > 0, case .put(_, _, let ttl, _) = ops[index].action {
+                    scheduleExpiry(key: changes[index].key, modRevision: changes[index].revision,
+                                   expiresAtMilliseconds: changes[index].expiresAtMilliseconds, at: clock.adding(milliseconds: ttl))
                 }
                 if !changes[index].session.isEmpty {
-                    sessions.bind(changes[index].key, to: changes[index].session, now: now, ttl: live.sessionTTLMilliseconds)
+                    bind(changes[index].key, toSession: changes[index].session, now: clock)
                 }
             }
             let revision = changes[0].revision
@@ -164,7 +165,7 @@ extension BeaconServer {
 
     /// Checks a write against the peer's rights and limits, before its preconditions: write
     /// rights for every key, the value size limit, the write rate, and the journal size.
-    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, now: UInt64) throws(WriteRejection) where Ops.Index == Int {
+    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, now: MonotonicTime) throws(WriteRejection) where Ops.Index == Int {
         let writable = current.rights.write
         for index in ops.indices where !writable.contains(key: ops[index].key) {
             var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key)
@@ -183,7 +184,7 @@ extension BeaconServer {
                 })
             }
         }
-        if let wait = access.takeWrite(peer: current.peer, now: now) {
+        if let wait = access.takeWrite(peer: current.peer, now: now.milliseconds) {
             counters.rateLimited += 1
             throw WriteRejection(error: .with {
                 $0.code = .rateLimited
@@ -269,6 +270,9 @@ extension BeaconServer {
         case .put(let encoded, let createOnly, let ttl, let session):
             if session.count > WireLimits.maxSessionBytes {
                 throw refusal(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
+            }
+            if ttl > WireLimits.maxTTLMilliseconds {
+                throw refusal(.invalidArgument, "ttl_ms is \(ttl); the limit is \(WireLimits.maxTTLMilliseconds)")
             }
             if createOnly && current != nil {
                 throw refusal(.alreadyExists, "key '\(key)' already exists (version \(version))", current: version)
@@ -368,13 +372,19 @@ extension BeaconServer {
             staged.removeAll(keepingCapacity: true)
             pendingWriteIDs.removeAll(keepingCapacity: true)
             readOnlyReason = error.description
-            readOnlyUntilMilliseconds = Journal.nowMilliseconds() + 1000
+            readOnlyUntil = MonotonicTime.now().adding(milliseconds: 1000)
             logger.error("journal commit failed; refusing writes for 1 s", metadata: [
                 "error": "\(error)", "writes": "\(refused.count)"])
             for write in refused where write.isDaemons {
-                // An expiry: try again once the journal accepts writes.
-                if let change = write.changes.first, let modRevision = write.undo.firstPreviousModRevision {
-                    expiries.insert(.init(atMilliseconds: readOnlyUntilMilliseconds, key: change.key, modRevision: modRevision))
+                // An expiry or an ended session: try again once the journal accepts writes.
+                for change in write.changes {
+                    guard let entry = store.live(change.key) else { continue }
+                    if entry.expiresAtMilliseconds > 0 {
+                        scheduleExpiry(key: change.key, modRevision: entry.modRevision,
+                                       expiresAtMilliseconds: entry.expiresAtMilliseconds, at: readOnlyUntil)
+                    } else if !entry.session.isEmpty {
+                        bind(change.key, toSession: entry.session, now: readOnlyUntil, ttl: 0)
+                    }
                 }
             }
             counters.rejected += UInt64(refused.count { !$0.isDaemons })
@@ -490,7 +500,7 @@ extension BeaconServer {
         return event
     }
 
-    func publishHeartbeat(now: UInt64) {
+    func publishHeartbeat() {
         var heartbeat = Beacon_V1_Heartbeat()
         heartbeat.epoch = journal.epoch
         heartbeat.instance = instance
@@ -498,44 +508,55 @@ extension BeaconServer {
         heartbeat.headRevision = durableRevision
         heartbeat.compactedRevision = journal.compactedRevision
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
-        heartbeat.timestampMs = now
+        heartbeat.timestampMs = Journal.nowMilliseconds()
         heartbeat.prefixes = tracker.heads
         publishHeartbeats(heartbeat)
     }
 
-    // MARK: Expiry
+    // MARK: Expiry and sessions
 
-    /// Deletes every key whose TTL has run out, one revision each, journaled like any write.
-    func expireDueKeys(now: UInt64) {
-        while let next = expiries.next, next.atMilliseconds <= now {
-            _ = expiries.removeFirst()
-            guard let entry = store.live(next.key), entry.modRevision == next.modRevision,
-                  entry.expiresAtMilliseconds == next.atMilliseconds
-            else { continue }  // rewritten or deleted since
-            let change = JournalChange(revision: store.headRevision + 1, kind: .expire, key: next.key,
-                                       version: 0, createRevision: 0, timestampMilliseconds: now)
-            let undo = store.apply([change])
-            access.recordOwnership(of: [change], peer: nil)
-            staged.append(StagedWrite(isDaemons: true, changes: [change], undo: undo, writeID: nil))
-        }
-        submitStagedIfIdle()
+    /// Sets the timer that deletes `key` at `time` if it still carries this expiry then.
+    func scheduleExpiry(key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64, at time: MonotonicTime) {
+        timers.schedule(.expiry(key: key, modRevision: modRevision, expiresAtMilliseconds: expiresAtMilliseconds), at: time)
     }
 
-    /// Deletes the keys of every session that ended, each session's keys in one revision.
-    func endSessions(now: UInt64) {
-        for (id, keys) in sessions.removeEnded(now: now) {
-            let bound = keys.filter { store.live($0)?.session == id }.sorted()
-            guard !bound.isEmpty else { continue }
-            let revision = store.headRevision + 1
-            let changes = bound.enumerated().map { part, key in
-                JournalChange(revision: revision, part: UInt32(part), parts: UInt32(bound.count), kind: .expire, key: key,
-                              version: 0, createRevision: 0, timestampMilliseconds: now)
-            }
-            let undo = store.apply(changes)
-            access.recordOwnership(of: changes, peer: nil)
-            staged.append(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
-            logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
+    /// Binds `key` to `session`, setting the session's timer if it is new (`ttl`: the session's
+    /// time to live; the configured one by default).
+    func bind(_ key: String, toSession session: [UInt8], now: MonotonicTime, ttl: UInt64? = nil) {
+        if let deadline = sessions.bind(key, to: session, now: now, ttl: ttl ?? live.sessionTTLMilliseconds) {
+            timers.schedule(.sessionEnd(session: session), at: deadline)
         }
-        submitStagedIfIdle()
+    }
+
+    /// Deletes `key` in a revision of its own, journaled like any write, if it still carries the
+    /// expiry a timer was set for.
+    /// - Returns: whether a write was staged.
+    func expire(key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64) -> Bool {
+        guard let entry = store.live(key), entry.modRevision == modRevision, entry.expiresAtMilliseconds == expiresAtMilliseconds
+        else { return false }  // rewritten or deleted since
+        let change = JournalChange(revision: store.headRevision + 1, kind: .expire, key: key,
+                                   version: 0, createRevision: 0, timestampMilliseconds: Journal.nowMilliseconds())
+        let undo = store.apply([change])
+        access.recordOwnership(of: [change], peer: nil)
+        staged.append(StagedWrite(isDaemons: true, changes: [change], undo: undo, writeID: nil))
+        return true
+    }
+
+    /// Deletes the keys still bound to an ended session, in one revision.
+    /// - Returns: whether a write was staged.
+    func endSession(_ id: [UInt8], keys: Set<String>) -> Bool {
+        let bound = keys.filter { store.live($0)?.session == id }.sorted()
+        guard !bound.isEmpty else { return false }
+        let revision = store.headRevision + 1
+        let now = Journal.nowMilliseconds()
+        let changes = bound.enumerated().map { part, key in
+            JournalChange(revision: revision, part: UInt32(part), parts: UInt32(bound.count), kind: .expire, key: key,
+                          version: 0, createRevision: 0, timestampMilliseconds: now)
+        }
+        let undo = store.apply(changes)
+        access.recordOwnership(of: changes, peer: nil)
+        staged.append(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
+        logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
+        return true
     }
 }

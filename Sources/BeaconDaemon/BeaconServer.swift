@@ -30,7 +30,8 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var journal: Journal!
     @exclusivity(unchecked) var store = SignalStore()
     @exclusivity(unchecked) var tracker = PrefixTracker()
-    @exclusivity(unchecked) var expiries = ExpiryQueue()
+    /// Heartbeats, compaction, systemd's watchdog and status, key expiries and session ends.
+    @exclusivity(unchecked) var timers = TimerQueue()
     @exclusivity(unchecked) var sessions = SessionTable()
     @exclusivity(unchecked) var writeIDs: [[UInt8]: UInt64] = [:]
     @exclusivity(unchecked) var writeIDOrder: [[UInt8]] = []
@@ -41,7 +42,8 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var commits: CommitThread!
     /// Write ids of writes staged or committing, not yet remembered as committed.
     @exclusivity(unchecked) var pendingWriteIDs: Set<[UInt8]> = []
-    @exclusivity(unchecked) var readOnlyUntilMilliseconds: UInt64 = 0
+    /// Writes are refused until then after a failed commit.
+    @exclusivity(unchecked) var readOnlyUntil = MonotonicTime(milliseconds: 0)
     @exclusivity(unchecked) var readOnlyReason: String?
     @exclusivity(unchecked) var counters = Counters()
     /// Rights, scopes and per-peer usage.
@@ -56,7 +58,7 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var durableRevision: UInt64 = 0
     /// Replies decided and waiting for the writes they depend on to be durable.
     @exclusivity(unchecked) var replies = ReplyQueue()
-    let startedAt = Date()
+    let startedAt = MonotonicTime.now()
     /// The steps of a compaction under way.
     var compactionSchedule = CompactionSchedule()
 
@@ -239,7 +241,7 @@ public final class BeaconServer: @unchecked Sendable {
     func statusLine(writesPerSecond: Double) -> String {
         "revision \(store.headRevision), \(store.liveCount) keys, \(tracker.tracked.count) followed prefixes, "
             + "\(Int(writesPerSecond.rounded())) writes/s, journal \(journal.sizeInBytes / 1024) KiB"
-            + (readOnlyUntilMilliseconds > Journal.nowMilliseconds() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
+            + (readOnlyUntil > .now() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
     }
 
     /// Waits until the loop has finished and everything is closed.
@@ -280,14 +282,18 @@ public final class BeaconServer: @unchecked Sendable {
         } catch {
             throw DaemonError(.journal, error.description, underlying: error)
         }
-        let now = Journal.nowMilliseconds()
+        let wallNow = Journal.nowMilliseconds()
+        let now = MonotonicTime.now()
         store.forEachExpiringOrBound { key, entry in
             if entry.expiresAtMilliseconds > 0 {
-                expiries.insert(.init(atMilliseconds: entry.expiresAtMilliseconds, key: key, modRevision: entry.modRevision))
+                // What is left of the TTL by the wall clock it was journaled with (none if past).
+                let left = entry.expiresAtMilliseconds > wallNow ? entry.expiresAtMilliseconds - wallNow : 0
+                scheduleExpiry(key: key, modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds,
+                               at: now.adding(milliseconds: left))
             }
             // Sessions get a full time to live after a restart for their writers to renew them.
             if !entry.session.isEmpty {
-                sessions.bind(key, to: entry.session, now: now, ttl: live.sessionTTLMilliseconds)
+                bind(key, toSession: entry.session, now: now)
             }
         }
     }
@@ -417,23 +423,19 @@ public final class BeaconServer: @unchecked Sendable {
         var monitors: [ConnectionCounter] = []
         var monitorIndices: [Int] = []
         var polledGeneration = -1
-        var nextHeartbeat: UInt64 = 0
-        var nextCompaction = Journal.nowMilliseconds() + live.compactionIntervalSeconds * 1000
         // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
         let watchdogMilliseconds = notifier?.watchdogInterval.map { UInt64($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
-        var nextWatchdog: UInt64 = 0
-        var nextStatus = Journal.nowMilliseconds() + 2000
+        let started = MonotonicTime.now()
+        timers.schedule(.heartbeat, at: started)
+        timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalSeconds * 1000))
+        if watchdogMilliseconds != nil { timers.schedule(.watchdog, at: started) }
+        if notifier != nil { timers.schedule(.status, at: started.adding(milliseconds: 2000)) }
         var writesAtLastStatus = counters.writes
         /// Whether the last pass read requests (compaction steps yield to them).
         var servedRequests = false
         while !stopFlag.load(ordering: .relaxed) {
-            let now = Journal.nowMilliseconds()
-            var deadline = min(nextHeartbeat, nextCompaction)
-            if notifier != nil { deadline = min(deadline, nextStatus) }
-            if watchdogMilliseconds != nil { deadline = min(deadline, nextWatchdog) }
-            if let expiry = expiries.next { deadline = min(deadline, expiry.atMilliseconds) }
-            if let end = sessions.nextDeadline { deadline = min(deadline, end) }
-            var timeout = deadline > now ? Int(min(deadline - now, 60_000)) : 0
+            let now = MonotonicTime.now()
+            var timeout = Int(min(now.milliseconds(until: timers.nextDeadline ?? .distantFuture), 60_000))
             if let wait = compactionStepWait(busy: servedRequests) {
                 timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
             }
@@ -462,35 +464,41 @@ public final class BeaconServer: @unchecked Sendable {
             servedRequests = poller.readyEvents(routerIndex).contains(.readable)
             if servedRequests { drainRequests() }
 
-            let after = Journal.nowMilliseconds()
-            if let expiry = expiries.next, expiry.atMilliseconds <= after { expireDueKeys(now: after) }
-            if let end = sessions.nextDeadline, end <= after { endSessions(now: after) }
-            if after >= nextHeartbeat {
-                writeRate.record(counters.writes, at: after)
-                publicationRate.record(counters.published, at: after)
-                tracker.expireLeases(nowMilliseconds: after)
-                journalBytes = journal.sizeInBytes
-                publishHeartbeat(now: after)
-                nextHeartbeat = after + UInt64(live.heartbeatIntervalMilliseconds)
-            }
-            if after >= nextCompaction {
-                compactByPolicy()
-                nextCompaction = after + live.compactionIntervalSeconds * 1000
-            }
-            if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
-            applyPendingReload()
-            if let notifier {
-                if let interval = watchdogMilliseconds, after >= nextWatchdog {
-                    notifier.watchdog()
-                    nextWatchdog = after + max(interval / 2, 1)
-                }
-                if after >= nextStatus {
+            let after = MonotonicTime.now()
+            var staging = false
+            while let (timer, due) = timers.popDue(at: after) {
+                switch timer {
+                case .heartbeat:
+                    writeRate.record(counters.writes, at: after.milliseconds)
+                    publicationRate.record(counters.published, at: after.milliseconds)
+                    tracker.expireLeases(nowMilliseconds: after.milliseconds)
+                    journalBytes = journal.sizeInBytes
+                    publishHeartbeat()
+                    timers.schedule(.heartbeat, at: after.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
+                case .compaction:
+                    compactByPolicy()
+                    timers.schedule(.compaction, at: after.adding(milliseconds: live.compactionIntervalSeconds * 1000))
+                case .watchdog:
+                    notifier?.watchdog()
+                    timers.schedule(.watchdog, at: after.adding(milliseconds: max((watchdogMilliseconds ?? 0) / 2, 1)))
+                case .status:
                     let rate = Double(counters.writes - writesAtLastStatus) / 2
                     writesAtLastStatus = counters.writes
-                    notifier.status(statusLine(writesPerSecond: rate))
-                    nextStatus = after + 2000
+                    notifier?.status(statusLine(writesPerSecond: rate))
+                    timers.schedule(.status, at: after.adding(milliseconds: 2000))
+                case .expiry(let key, let modRevision, let expiresAt):
+                    staging = expire(key: key, modRevision: modRevision, expiresAtMilliseconds: expiresAt) || staging
+                case .sessionEnd(let session):
+                    switch sessions.check(session, timerAt: due, now: after) {
+                    case .ended(let keys): staging = endSession(session, keys: keys) || staging
+                    case .renewed(let deadline): timers.schedule(.sessionEnd(session: session), at: deadline)
+                    case .stale: break
+                    }
                 }
             }
+            if staging { submitStagedIfIdle() }
+            if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
+            applyPendingReload()
         }
         // Requests already read are answered; then everything closes in order.
         flushWrites()

@@ -38,9 +38,6 @@ struct SignalStore {
         fileprivate var first: (id: UInt32, previous: EntryRecord?)?
         /// The other changed record numbers with their previous records, in order.
         fileprivate var rest: [(id: UInt32, previous: EntryRecord?)] = []
-
-        /// The modification revision of the first changed key before the change, if it existed.
-        var firstPreviousModRevision: UInt64? { first?.previous?.fields.modRevision }
     }
 
     private(set) var headRevision: UInt64 = 0

@@ -18,6 +18,8 @@ public enum WireLimits {
     public static let maxSessionBytes = 64
     /// Maximum time to live of a session, in milliseconds.
     public static let maxSessionTTLMilliseconds: UInt32 = 3_600_000
+    /// Maximum time to live of a key, in milliseconds (100 years).
+    public static let maxTTLMilliseconds: UInt64 = 100 * 366 * 86_400_000
     /// Largest request body the daemon reads; larger messages drop the connection.
     public static let maxRequestBytes = 16 << 20
     /// Events returned by one Delta or History reply when the request sets no limit.

@@ -38,6 +38,9 @@ struct BadInputTests {
         let big = Beacon_V1_Value.with { $0.bytesValue = Data(count: WireLimits.maxValueBytes + 1) }
         expectRejection(.valueTooLarge) { _ = try client.put("k", big) }
         expectRejection(.versionConflict) { _ = try client.put("ok", .int(2), ifVersion: 5) }
+        // A TTL past the end of time is refused, not added to the clock (it trapped).
+        let forever = expectRejection(.invalidArgument) { _ = try client.put("k", .int(1), ttlMilliseconds: .max) }
+        #expect(forever?.message.contains("ttl_ms") == true)
         expectRejection(.tooManyOperations) {
             _ = try client.transaction((0...WireLimits.maxTxnOps).map { putOp("k\($0)", .int(1)) })
         }
@@ -72,6 +75,7 @@ struct BadInputTests {
         #expect(stats.keys == 1)
         #expect(try client.get("ok").value.intValue == 5)
         #expect(try client.list("").map(\.key) == ["ok"])
+        #expect(try client.put("k", .int(1), ttlMilliseconds: WireLimits.maxTTLMilliseconds).versions == [1], "the longest TTL is taken")
         await daemon.stop()
     }
 

@@ -1,13 +1,28 @@
 /// Writers' sessions: a key written with a session is deleted when the session ends, that is
-/// when no `KeepAlive` renewed it within its time to live (or one ended it).
+/// when no `KeepAlive` renewed it within its time to live (or one ended it). Deadlines are on the
+/// monotonic clock.
 ///
 /// Bindings may be stale (the key was rewritten without the session, or deleted); the daemon
-/// checks each key against the store when the session ends.
+/// checks each key against the store when the session ends. Each session has one timer in the
+/// loop's ``TimerQueue`` at a time: renewals push the deadline out without setting another, and
+/// the timer, when it comes due early, is set again for the deadline (``check(_:timerAt:now:)``).
 struct SessionTable {
     struct Session {
         var ttlMilliseconds: UInt64
-        var deadline: UInt64
+        var deadline: MonotonicTime
+        /// When this session's timer is set to come due.
+        var timerAt: MonotonicTime
         var keys: Set<String> = []
+    }
+
+    /// What a session's timer found.
+    enum Check {
+        /// The session ended: delete its keys.
+        case ended(keys: Set<String>)
+        /// It was renewed: set the timer again for this time.
+        case renewed(until: MonotonicTime)
+        /// The timer was not this session's current one, or the session is gone.
+        case stale
     }
 
     private(set) var sessions: [[UInt8]: Session] = [:]
@@ -15,26 +30,46 @@ struct SessionTable {
     var count: Int { sessions.count }
 
     /// Binds `key` to `session`, creating the session (with `ttl`) if it is new.
-    mutating func bind(_ key: String, to session: [UInt8], now: UInt64, ttl: UInt64) {
-        sessions[session, default: Session(ttlMilliseconds: ttl, deadline: now + ttl)].keys.insert(key)
+    /// - Returns: when to set the new session's timer; `nil` for a session that has one.
+    mutating func bind(_ key: String, to session: [UInt8], now: MonotonicTime, ttl: UInt64) -> MonotonicTime? {
+        if sessions[session] != nil {
+            sessions[session]!.keys.insert(key)
+            return nil
+        }
+        let deadline = now.adding(milliseconds: ttl)
+        sessions[session] = Session(ttlMilliseconds: ttl, deadline: deadline, timerAt: deadline, keys: [key])
+        return deadline
     }
 
-    /// Renews `session` for `ttl` from `now` (creating it if new); `ttl` 0 ends it at once.
-    mutating func keepAlive(_ session: [UInt8], ttl: UInt64, now: UInt64) -> Session {
-        var entry = sessions[session] ?? Session(ttlMilliseconds: ttl, deadline: now + ttl)
+    /// Renews `session` for `ttl` from `now`, creating it if new.
+    /// - Returns: the session, and when to set a timer for it if it needs an earlier one.
+    mutating func keepAlive(_ session: [UInt8], ttl: UInt64, now: MonotonicTime) -> (session: Session, timerAt: MonotonicTime?) {
+        let deadline = now.adding(milliseconds: ttl)
+        var entry = sessions[session] ?? Session(ttlMilliseconds: ttl, deadline: deadline, timerAt: .distantFuture)
         entry.ttlMilliseconds = ttl
-        entry.deadline = now + ttl
+        entry.deadline = deadline
+        var timer: MonotonicTime?
+        if deadline < entry.timerAt {
+            entry.timerAt = deadline
+            timer = deadline
+        }
         sessions[session] = entry
-        return entry
+        return (entry, timer)
     }
 
-    /// When the next session ends, if any.
-    var nextDeadline: UInt64? { sessions.values.lazy.map(\.deadline).min() }
+    /// Ends `session` now, whatever its deadline; returns its keys.
+    mutating func end(_ session: [UInt8]) -> Set<String>? {
+        sessions.removeValue(forKey: session)?.keys
+    }
 
-    /// Removes and returns the sessions whose deadline has passed.
-    mutating func removeEnded(now: UInt64) -> [(id: [UInt8], keys: Set<String>)] {
-        let ended = sessions.filter { $0.value.deadline <= now }
-        for id in ended.keys { sessions[id] = nil }
-        return ended.map { ($0.key, $0.value.keys) }
+    /// Decides a session timer set for `timerAt` that came due at `now`.
+    mutating func check(_ session: [UInt8], timerAt: MonotonicTime, now: MonotonicTime) -> Check {
+        guard let entry = sessions[session], entry.timerAt == timerAt else { return .stale }
+        if entry.deadline <= now {
+            sessions[session] = nil
+            return .ended(keys: entry.keys)
+        }
+        sessions[session]!.timerAt = entry.deadline
+        return .renewed(until: entry.deadline)
     }
 }
