@@ -92,18 +92,34 @@ struct UnitFileTests {
         }
         _ = FileManager.default.createFile(atPath: dir + "/stderr", contents: nil)
         daemon.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: dir + "/stderr"))
+        // Not this process's own output: a beacond that outlived the test would hold it open, and
+        // `swift test` would wait for it forever.
+        daemon.standardOutput = FileHandle.nullDevice
         try daemon.runSerially()
+        /// beacond under strace, found by its own command line (its program and this test's
+        /// runtime directory); 0 until it has started.
+        func tracedDaemon() -> Int32 {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+            for entry in entries {
+                guard let pid = Int32(entry),
+                      let cmdline = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { continue }
+                let arguments = cmdline.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+                if arguments.first?.hasSuffix("/beacond") == true, arguments.contains(dir + "/run") { return pid }
+            }
+            return 0
+        }
         var beacond: Int32 = 0
         defer {
+            // beacond first: killed, strace would leave it running on its own.
+            if beacond == 0 { beacond = tracedDaemon() }
             if beacond > 0 { kill(beacond, SIGKILL) }
             if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) }
         }
 
         // strace blocks SIGTERM while it traces (-o FILE PROG), so signals go to beacond itself.
-        for _ in 0..<200 where beacond == 0 {
-            let children = (try? String(contentsOfFile: "/proc/\(daemon.processIdentifier)/task/\(daemon.processIdentifier)/children",
-                                        encoding: .utf8)) ?? ""
-            beacond = children.split(separator: " ").first.flatMap { Int32($0) } ?? 0
+        // Slow to start on a loaded machine: strace, then beacond under it.
+        for _ in 0..<2000 where beacond == 0 {
+            beacond = tracedDaemon()
             if beacond == 0 { usleep(10_000) }
         }
         try #require(beacond > 0, "strace started no beacond")
@@ -117,12 +133,15 @@ struct UnitFileTests {
         _ = try client.history("unit.k1")
         _ = try client.stats()
         #expect(try client.receivePublication(timeoutMilliseconds: 5000) != nil)
+        let stderrPath = dir + "/stderr"
+        func reloaded() -> Bool { ((try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "").contains("configuration reloaded") }
         kill(beacond, SIGHUP)
-        usleep(300_000)
+        for _ in 0..<1000 where !reloaded() { usleep(10_000) }
+        #expect(reloaded(), "beacond did not reload on SIGHUP")
         _ = try client.ping()
         kill(beacond, SIGTERM)
-        for _ in 0..<1000 where daemon.isRunning { usleep(10_000) }
-        try #require(!daemon.isRunning, "beacond did not stop within 10 s of SIGTERM: \((try? String(contentsOfFile: dir + "/stderr", encoding: .utf8)) ?? "")")
+        for _ in 0..<1500 where daemon.isRunning { usleep(10_000) }
+        try #require(!daemon.isRunning, "beacond did not stop within 15 s of SIGTERM: \((try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "")")
         #expect(daemon.terminationStatus == 0)
 
         // strace -c: a table whose last column names the call, ending with a "total" row.
