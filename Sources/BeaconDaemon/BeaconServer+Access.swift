@@ -43,9 +43,11 @@ extension BeaconServer {
                 logger.debug("peer admitted", metadata: ["peer": "\(peer)"])
             } else {
                 counters.connectionsRefused += 1
-                logger.notice("connection refused", metadata: [
-                    "peer": "\(peer?.description ?? "unidentified")", "domain": "\(frames[2].string)",
-                    "mechanism": "\(frames[5].string)"])
+                if let held = logThrottle.admit("connection.refused", now: .now()) {
+                    logger.notice("connection refused", metadata: [
+                        "peer": "\(peer?.description ?? "unidentified")", "domain": "\(frames[2].string)",
+                        "mechanism": "\(frames[5].string)", "held.back": "\(held)"])
+                }
             }
             let out = [ZMQMessage(string: "1.0"), ZMQMessage(bytes: requestID)]
                 + reply.map { ZMQMessage(string: $0) } + [ZMQMessage()]  // no metadata
@@ -112,23 +114,63 @@ extension BeaconServer {
 
     /// Applies every waiting subscription and unsubscription: checks it against the peer's read
     /// rights and limit, subscribes the peer (the XPUB is in manual mode), and sequences key
-    /// prefixes while someone follows them.
+    /// prefixes while someone follows them. Who asked is read from each message's own metadata;
+    /// a grant goes to the connection libzmq pairs with it, so none is made while that pairing
+    /// is out of step (``SubscriptionPairing``): the subscription is refused, and the publish
+    /// socket opened anew so that every subscriber subscribes again, in step.
     func drainSubscriptions() {
-        let now = MonotonicTime.now().milliseconds
-        while let frames = try? publisher.receiveMessage(flags: .dontWait) {
+        let now = MonotonicTime.now()
+        var refusedOutOfStep = 0
+        while true {
+            let received: [ZMQMessage]?
+            do {
+                received = try publisher.receiveMessage(flags: .dontWait)
+            } catch {
+                pairing.lost()
+                logger.warning("reading subscriptions failed", metadata: ["error": "\(error)"])
+                break
+            }
+            guard let frames = received else {
+                pairing.drained()
+                break
+            }
+            let inStep = pairing.read(frames)
             let frame = frames[0]
             let bytes = frame.bytes
-            guard let kind = bytes.first, kind <= 1 else { continue }
-            let topic = Array(bytes.dropFirst())
             let userID = frame.metadata("User-Id")
+            guard let kind = bytes.first, kind <= 1 else {
+                if let held = logThrottle.admit("upstream", now: now) {
+                    logger.notice("a subscriber sent a message that is not a subscription; subscriptions queued behind it are refused",
+                                  metadata: ["peer": "\(userID ?? "")", "bytes": "\(bytes.count)", "held.back": "\(held)"])
+                }
+                continue
+            }
+            let topic = Array(bytes.dropFirst())
             let prefix = String(validating: topic, as: UTF8.self).flatMap { text in
                 !text.hasPrefix(WireTopic.controlPrefix) && KeyPath.problem(prefix: text) == nil ? text : nil
             }
             if kind == 1 {
+                guard inStep else {
+                    counters.subscriptionsRefused += 1
+                    refusedOutOfStep += 1
+                    continue
+                }
+                let rights = access.rights(userID: userID)
+                // Checked before anything is counted or followed: a refused prefix is not sequenced.
+                guard let granted = access.topics(forSubscription: topic, rights: rights) else {
+                    counters.subscriptionsRefused += 1
+                    if let held = logThrottle.admit("subscription.denied", now: now) {
+                        logger.notice("subscription refused: not readable", metadata: [
+                            "peer": "\(userID ?? "")", "topic": "\(String(decoding: topic, as: UTF8.self))", "held.back": "\(held)"])
+                    }
+                    continue
+                }
                 guard access.countSubscription(topic, peer: userID ?? "") else {
                     counters.subscriptionsRefused += 1
-                    logger.notice("subscription refused: limit reached", metadata: [
-                        "peer": "\(userID ?? "")", "limit": "\(access.limits.subscriptionsPerPeer)"])
+                    if let held = logThrottle.admit("subscription.limit", now: now) {
+                        logger.notice("subscription refused: limit reached", metadata: [
+                            "peer": "\(userID ?? "")", "limit": "\(access.limits.subscriptionsPerPeer)", "held.back": "\(held)"])
+                    }
                     continue
                 }
                 if let prefix {
@@ -137,21 +179,36 @@ extension BeaconServer {
                     if !tracker.isTracked(prefix) { flushWrites() }
                     tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
                 }
-                let rights = access.rights(userID: userID)
-                guard let granted = access.topics(forSubscription: topic, rights: rights) else {
-                    counters.subscriptionsRefused += 1
-                    logger.debug("subscription refused", metadata: ["peer": "\(userID ?? "")", "topic": "\(String(decoding: topic, as: UTF8.self))"])
-                    continue
-                }
                 for grantedTopic in granted { try? publisher.addSubscription(grantedTopic) }
             } else {
                 guard access.releaseSubscription(topic, peer: userID) else { continue }
-                if let prefix { tracker.unsubscribe(prefix, nowMilliseconds: now) }
-                // A closed connection's subscriptions are gone already; a live peer's are removed.
-                if let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {
+                if let prefix { tracker.unsubscribe(prefix, nowMilliseconds: now.milliseconds) }
+                // A closed connection's subscriptions are gone already; a live peer's are removed,
+                // from its own connection only while the pairing is in step.
+                if inStep, let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {
                     for grantedTopic in granted { try? publisher.removeSubscription(grantedTopic) }
                 }
             }
+        }
+        if refusedOutOfStep > 0 {
+            if let held = logThrottle.admit("subscription.out-of-step", now: now) {
+                logger.notice("subscriptions refused behind a message that is not one; the publish socket is opened anew for them",
+                              metadata: ["subscriptions": "\(refusedOutOfStep)", "held.back": "\(held)"])
+            }
+            resetPublisherSoon(now: now)
+        }
+    }
+
+    /// Opens the publish socket anew so that subscribers refused while the pairing was out of
+    /// step subscribe again; at most once a second (a hostile peer can ask for it at will).
+    func resetPublisherSoon(now: MonotonicTime) {
+        guard !publisherResetPending else { return }
+        let earliest = lastPublisherReset.adding(milliseconds: 1000)
+        if earliest <= now {
+            reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
+        } else {
+            publisherResetPending = true
+            timers.schedule(.publisherReset, at: earliest)
         }
     }
 

@@ -80,6 +80,15 @@ public final class BeaconServer: @unchecked Sendable {
     private let stopFlag = Atomic<Bool>(false)
     /// Counts reopenings of the publish socket, so that the loop polls the current one.
     var publisherGeneration = 0
+    /// Whether grants on the publish socket go to the connection that asked.
+    @exclusivity(unchecked) var pairing = SubscriptionPairing()
+    /// When the publish socket was last opened anew, and whether a timer will do it again.
+    var lastPublisherReset = MonotonicTime(milliseconds: 0)
+    var publisherResetPending = false
+    /// Publish endpoints the socket opened anew could not bind yet (a tcp port still held).
+    var unboundPublishEndpoints: [String] = []
+    /// Log lines outside peers can cause, throttled.
+    @exclusivity(unchecked) var logThrottle = LogThrottle()
     private let finished = Mutex<FinishState>(.running)
     private var thread: Thread?
 
@@ -230,7 +239,7 @@ public final class BeaconServer: @unchecked Sendable {
         if policyChanged {
             // Subscriptions were granted under the old rules: open the publish socket anew so that
             // every subscriber reconnects and subscribes under the new ones (it repairs any gap).
-            reopenPublisher()
+            reopenPublisher(reason: "the access rules changed")
         }
         logger.info("configuration reloaded", metadata: [
             "heartbeat.ms": "\(live.heartbeatIntervalMilliseconds)", "allow.rules": "\(live.access.rules.count)"])
@@ -361,7 +370,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     /// Binds `socket` to `endpoint` with the security that endpoint needs: ipc peers are
     /// identified by the kernel, tcp peers by CURVE (or not at all with `tcp_insecure`).
-    private func bind(_ socket: ZMQSocket, to endpoint: String) throws(ZMQError) {
+    func bind(_ socket: ZMQSocket, to endpoint: String) throws(ZMQError) {
         if endpoint.hasPrefix("tcp://") {
             if let keys = configuration.curveKeys {
                 try socket.enableCurveServer(secretKey: keys.secretKey)
@@ -392,21 +401,52 @@ public final class BeaconServer: @unchecked Sendable {
         chmod(config.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(config.socketMode))
     }
 
-    /// Closes the publish socket and opens it again: subscribers reconnect and subscribe anew.
-    func reopenPublisher() {
+    /// Closes the publish socket and opens it again: subscribers reconnect and subscribe anew
+    /// (and repair what they missed). The old socket lets go of its endpoints first; one that is
+    /// still held (a tcp port in the kernel's hands) is bound again by a timer, never given up.
+    func reopenPublisher(reason: String) {
         guard let context else { return }
+        let config = configuration
+        lastPublisherReset = .now()
+        publisherResetPending = false
         subscriberConnections?.close()
+        for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints { try? publisher.unbind(endpoint) }
         publisher.close()
         access.resetSubscriptions()
         tracker.resetSubscriptions()
+        pairing = SubscriptionPairing()
         do {
-            try openPublisher(context)
-            publisherGeneration += 1
-            logger.info("publish socket reopened for the new access rules; subscribers reconnect")
+            let socket = try ZMQSocket(context, type: .xpub, linger: 1000)
+            try socket.setSendHighWaterMark(config.publishHighWaterMark)
+            try socket.setXPubManual(true)
+            publisher = socket
+            subscriberConnections = try ConnectionCounter(watching: socket, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
         } catch {
-            logger.critical("publish socket could not be reopened; stopping", metadata: ["error": "\(error)"])
+            logger.critical("publish socket could not be created; stopping", metadata: ["error": "\(error)"])
             stopFlag.store(true, ordering: .sequentiallyConsistent)
+            return
         }
+        publisherGeneration += 1
+        unboundPublishEndpoints = [config.publishEndpoint] + config.extraPublishEndpoints
+        bindPublishEndpoints()
+        logger.info("publish socket opened anew; subscribers reconnect", metadata: ["reason": "\(reason)"])
+    }
+
+    /// Binds the publish endpoints still unbound; a timer tries again for those that fail.
+    func bindPublishEndpoints() {
+        unboundPublishEndpoints = unboundPublishEndpoints.filter { endpoint in
+            do {
+                try bind(publisher, to: endpoint)
+                if !endpoint.hasPrefix("tcp://") {
+                    chmod(configuration.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(configuration.socketMode))
+                }
+                return false
+            } catch {
+                logger.warning("publish endpoint not bound yet; trying again", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
+                return true
+            }
+        }
+        if !unboundPublishEndpoints.isEmpty { timers.schedule(.publisherRebind, at: MonotonicTime.now().adding(milliseconds: 100)) }
     }
 
     // MARK: Loop
@@ -488,6 +528,10 @@ public final class BeaconServer: @unchecked Sendable {
                     timers.schedule(.status, at: after.adding(milliseconds: 2000))
                 case .expiry(let key, let modRevision, let expiresAt):
                     staging = expire(key: key, modRevision: modRevision, expiresAtMilliseconds: expiresAt) || staging
+                case .publisherReset:
+                    reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
+                case .publisherRebind:
+                    bindPublishEndpoints()
                 case .sessionEnd(let session):
                     switch sessions.check(session, timerAt: due, now: after) {
                     case .ended(let keys): staging = endSession(session, keys: keys) || staging

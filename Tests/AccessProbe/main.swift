@@ -8,6 +8,10 @@
 //   diff <key>                   a diff arrived
 //   heartbeat <prefixes>         a heartbeat arrived, with the prefixes it lists (comma-separated)
 //   commit <prefixes>            a commit marker arrived, with the prefixes it marks
+//
+// With --junk-steps DIR it plays the upstream-junk attack instead: it connects an XSUB and a SUB
+// socket (READY), sends one upstream byte that is not a subscription when DIR/junk appears
+// (JUNK), subscribes the --subscribe topics when DIR/subscribe appears (SUBSCRIBED), then listens.
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -22,6 +26,7 @@ var prefix = ""
 var writeKey: String?
 var topics: [String] = []
 var listenMilliseconds = 0
+var junkSteps: String?
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -35,6 +40,7 @@ while let argument = arguments.popFirst() {
     case "--write": writeKey = arguments.popFirst()
     case "--subscribe": topics.append(arguments.popFirst() ?? "")
     case "--listen-ms": listenMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
+    case "--junk-steps": junkSteps = arguments.popFirst()
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -75,6 +81,40 @@ func snakeCase(_ name: String) -> String {
     }
 }
 
+/// Prints the publications that arrive for `milliseconds`.
+@MainActor func listen(milliseconds: Int) {
+    let end = Date().addingTimeInterval(Double(milliseconds) / 1000)
+    while Date() < end {
+        guard let publication = try? client.receivePublication(timeoutMilliseconds: 50) else { continue }
+        switch publication {
+        case .diff(let diff): emit("diff \(diff.event.change.key)")
+        case .heartbeat(let heartbeat): emit("heartbeat \(heartbeat.prefixes.map(\.prefix).joined(separator: ","))")
+        case .commit(let marker): emit("commit \(marker.marks.map(\.prefix).joined(separator: ","))")
+        }
+    }
+}
+
+if let junkSteps {
+    func awaitStep(_ name: String) {
+        while !FileManager.default.fileExists(atPath: junkSteps + "/" + name) { Thread.sleep(forTimeInterval: 0.005) }
+    }
+    let context = try ZMQContext()
+    let upstream = try ZMQSocket(context, type: .xsub, linger: 0)
+    try upstream.connect(endpoints?.publish ?? "ipc://" + (runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName)
+    try client.subscribeRaw("app.zzz")  // connects the SUB socket, with a topic this peer may read
+    Thread.sleep(forTimeInterval: 0.3)
+    emit("READY")
+    awaitStep("junk")
+    _ = try upstream.send([0x02])
+    emit("JUNK")
+    awaitStep("subscribe")
+    for topic in topics { try client.subscribeRaw(topic) }
+    emit("SUBSCRIBED")
+    listen(milliseconds: listenMilliseconds)
+    emit("END")
+    exit(0)
+}
+
 let timeout = 2000
 attempt("get") { () throws(WireError) in _ = try client.get(key, timeoutMilliseconds: timeout); return 1 }
 attempt("list") { () throws(WireError) in
@@ -97,14 +137,6 @@ if listenMilliseconds > 0 {
     for topic in topics { try client.subscribeRaw(topic) }
     Thread.sleep(forTimeInterval: 0.3)
     emit("READY")
-    let end = Date().addingTimeInterval(Double(listenMilliseconds) / 1000)
-    while Date() < end {
-        guard let publication = try? client.receivePublication(timeoutMilliseconds: 50) else { continue }
-        switch publication {
-        case .diff(let diff): emit("diff \(diff.event.change.key)")
-        case .heartbeat(let heartbeat): emit("heartbeat \(heartbeat.prefixes.map(\.prefix).joined(separator: ","))")
-        case .commit(let marker): emit("commit \(marker.marks.map(\.prefix).joined(separator: ","))")
-        }
-    }
+    listen(milliseconds: listenMilliseconds)
 }
 emit("END")

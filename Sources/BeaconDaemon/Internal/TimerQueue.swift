@@ -47,6 +47,10 @@ enum LoopTimer {
     case expiry(key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64)
     /// End `session` if no `KeepAlive` renewed it meanwhile.
     case sessionEnd(session: [UInt8])
+    /// Open the publish socket anew (``BeaconServer/resetPublisherSoon(now:)``).
+    case publisherReset
+    /// Bind the publish endpoints that could not be bound when the socket was opened anew.
+    case publisherRebind
 }
 
 /// The loop's timers: one min-heap by monotonic deadline. Timers for expiries and sessions may

@@ -1,0 +1,113 @@
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Testing
+
+extension AccessTests {
+    /// libzmq's XPUB in manual mode pairs each subscription it hands the daemon with a queue of
+    /// connections that an upstream message which is not a subscription knocks out of step, so
+    /// that a grant meant for one connection lands on another. Here B (read=app.) sends such a
+    /// byte, then root's subscription to `sys.` and B's to `app.` are queued behind it (the
+    /// daemon frozen meanwhile): B must get none of root's `sys.` diffs, and root must get them.
+    @Test("An upstream message that is not a subscription cannot attach root's subscription to another peer's connection",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func upstreamJunkCannotMisattachSubscriptions() throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."])
+        defer { daemon.stop() }
+        let probe = try AccessProbe(directory: dir)
+        let pid = daemon.process.processIdentifier
+        for trial in 0..<3 {
+            let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            try root.subscribe("zzz.")  // connected, with the control topics
+            let steps = dir + "/steps\(trial)"
+            try FileManager.default.createDirectory(atPath: steps, withIntermediateDirectories: true)
+            chmod(steps, 0o755)
+            let secret = "sys.secret\(trial)"
+            var rootSaw: Set<String> = []
+            /// Reads root's publications for a while: a subscriber that reads is one that reconnects.
+            func readRoot(for seconds: Double) throws {
+                let end = Date().addingTimeInterval(seconds)
+                while Date() < end {
+                    if case .diff(let diff) = try root.receivePublication(timeoutMilliseconds: 20) { rootSaw.insert(diff.event.change.key) }
+                }
+            }
+            let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
+                "--runtime-dir", daemon.runtimeDirectory, "--junk-steps", steps, "--subscribe", "app.", "--listen-ms", "3500",
+            ]) {
+                kill(pid, SIGSTOP)
+                defer { kill(pid, SIGCONT) }
+                FileManager.default.createFile(atPath: steps + "/junk", contents: nil)
+                Thread.sleep(forTimeInterval: 0.15)
+                try root.subscribe("sys.")
+                Thread.sleep(forTimeInterval: 0.15)
+                FileManager.default.createFile(atPath: steps + "/subscribe", contents: nil)
+                Thread.sleep(forTimeInterval: 0.15)
+                kill(pid, SIGCONT)
+                try readRoot(for: 0.7)
+                for i in 0..<15 {
+                    _ = try root.put(secret, .with { $0.intValue = Int64(i) })
+                    _ = try root.put("app.x", .with { $0.intValue = Int64(i) })
+                    try readRoot(for: 0.1)
+                }
+            }
+            #expect(!lines.contains { $0.hasPrefix("diff sys.") }, "trial \(trial): B received root's sys. diffs: \(lines.filter { $0.hasPrefix("diff") })")
+            #expect(lines.contains("diff app.x"), "trial \(trial): B's own app. subscription works again: \(lines.suffix(5))")
+            #expect(rootSaw.contains(secret), "trial \(trial): root's own sys. subscription delivers: \(rootSaw)")
+        }
+    }
+}
+
+/// A loopback tcp port nothing listens on now.
+func freeLoopbackPort() throws -> UInt16 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+        }
+    }
+    try #require(bound, "no free loopback port")
+    return UInt16(bigEndian: address.sin_port)
+}
+
+extension AccessTests {
+    /// Rules that change on reload open the publish socket anew; with a tcp endpoint that once
+    /// bound before the old socket let go of the port, and the daemon stopped.
+    @Test("Reloads that reopen a tcp publish endpoint never stop the daemon, and subscribers come back")
+    func reloadsWithATCPPublishEndpointKeepTheDaemonRunning() throws {
+        let me = "uid:\(getuid())"
+        let port = try freeLoopbackPort()
+        let requestPort = try freeLoopbackPort()
+        let tcp = ["tcp_insecure = true", "publish_endpoint = tcp://127.0.0.1:\(port)", "request_endpoint = tcp://127.0.0.1:\(requestPort)"]
+        let (daemon, dir) = try startDaemon(tcp + ["allow = \(me) read=* write=*", "allow = insecure read=* write=*"])
+        defer { daemon.stop() }
+        let config = dir + "/beacond.conf"
+        let subscriber = try WireClient(requestEndpoint: "tcp://127.0.0.1:\(requestPort)", publishEndpoint: "tcp://127.0.0.1:\(port)", curve: nil)
+        try subscriber.subscribe("app.")
+        let writer = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        for round in 0..<12 {
+            // Rules that differ every round: each reload opens the publish socket anew.
+            try (["socket_mode = 0666"] + tcp + ["allow = \(me) read=* write=*", "allow = insecure read=* write=*",
+                                                  "allow = uid:\(60_000 + round) read=app."])
+                .joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            Thread.sleep(forTimeInterval: 0.25)
+            try #require(daemon.process.isRunning, "round \(round): beacond stopped: \(daemon.stderr)")
+        }
+        // The tcp subscriber is back: a write reaches it.
+        var delivered = false
+        let deadline = Date().addingTimeInterval(10)
+        while !delivered && Date() < deadline {
+            _ = try writer.put("app.after", .with { $0.intValue = 1 })
+            while let publication = try subscriber.receivePublication(timeoutMilliseconds: 100) {
+                if case .diff(let diff) = publication, diff.event.change.key == "app.after" { delivered = true }
+            }
+        }
+        #expect(delivered, "the tcp subscriber receives diffs after the reloads")
+        #expect(!daemon.stderr.contains("stopping"), "\(daemon.stderr)")
+    }
+}
