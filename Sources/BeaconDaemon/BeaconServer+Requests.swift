@@ -255,10 +255,11 @@ extension BeaconServer {
 
         case .keepAlive(let keepAlive):
             guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
-            let id = Array(keepAlive.session)
-            guard (1...WireLimits.maxSessionBytes).contains(id.count) else {
-                throw failure(.invalidArgument, "session is \(id.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
+            guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
+                throw failure(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
             }
+            // The peer's own session of that name: another's is out of its reach.
+            let id = ownedByCurrentPeer(Array(keepAlive.session))
             guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
                 throw failure(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
             }

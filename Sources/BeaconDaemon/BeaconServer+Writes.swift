@@ -111,6 +111,15 @@ extension BeaconServer {
         if writeID.count > WireLimits.maxWriteIDBytes {
             return reject(route, id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
+        // Rights before the write id: a peer that may not make this write learns nothing of a
+        // write with the same id.
+        do throws(WriteRejection) {
+            try checkWriteRights(ops)
+        } catch {
+            return refuse(id, error, route: route)
+        }
+        // Ids are the writer's own: another peer's write with the same id is another write.
+        let writeID = writeID.isEmpty ? writeID : ownedByCurrentPeer(writeID)
         if !writeID.isEmpty {
             // A retry of a write still staged or committing: answer it once that one is done.
             if pendingWriteIDs.contains(writeID) { flushWrites() }
@@ -163,15 +172,26 @@ extension BeaconServer {
         }
     }
 
-    /// Checks a write against the peer's rights and limits, before its preconditions: write
-    /// rights for every key, the value size limit, the write rate, and the journal size.
-    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, now: MonotonicTime) throws(WriteRejection) where Ops.Index == Int {
+    /// Refuses a write with a key the peer may not write.
+    private func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(WriteRejection) where Ops.Index == Int {
         let writable = current.rights.write
         for index in ops.indices where !writable.contains(key: ops[index].key) {
             var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key)
             rejection.error.opIndex = UInt32(index)
             throw rejection
         }
+    }
+
+    /// A write id or session as the daemon keeps it: in the namespace of the peer that sent it
+    /// (its ZAP user id), so that no peer can replay, pre-claim, renew or end another's. Never sent
+    /// back to clients; journaled like this so that the namespaces survive a restart.
+    func ownedByCurrentPeer(_ id: [UInt8]) -> [UInt8] {
+        Array(current.peer.utf8) + [0] + id
+    }
+
+    /// Checks a write against the peer's limits, after its rights and before its preconditions:
+    /// the value size limit, the write rate, and the journal size.
+    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, now: MonotonicTime) throws(WriteRejection) where Ops.Index == Int {
         let limits = access.limits
         // The protocol's own limit is checked with the value's structure (WriteOp).
         for index in ops.indices where limits.maxValueBytes < WireLimits.maxValueBytes {
@@ -284,7 +304,8 @@ extension BeaconServer {
             return JournalChange(
                 revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: key, value: encoded,
                 version: version + 1, createRevision: createRevision,
-                expiresAtMilliseconds: ttl > 0 ? now + ttl : 0, timestampMilliseconds: now, writeID: operationWriteID, session: session)
+                expiresAtMilliseconds: ttl > 0 ? now + ttl : 0, timestampMilliseconds: now, writeID: operationWriteID,
+                session: session.isEmpty ? session : ownedByCurrentPeer(session))
         case .delete:
             guard current != nil else {
                 throw refusal(.notFound, "key '\(key)' does not exist")

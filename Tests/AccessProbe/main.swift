@@ -27,6 +27,8 @@ var writeKey: String?
 var topics: [String] = []
 var listenMilliseconds = 0
 var junkSteps: String?
+var writeID = ""
+var endSession: String?
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -41,6 +43,8 @@ while let argument = arguments.popFirst() {
     case "--subscribe": topics.append(arguments.popFirst() ?? "")
     case "--listen-ms": listenMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
     case "--junk-steps": junkSteps = arguments.popFirst()
+    case "--write-id": writeID = arguments.popFirst() ?? ""
+    case "--end-session": endSession = arguments.popFirst()
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -129,7 +133,17 @@ attempt("delta") { () throws(WireError) in
 attempt("history") { () throws(WireError) in try client.history(prefix, exact: false, from: 0, to: 0, timeoutMilliseconds: timeout).events.count }
 attempt("history-key") { () throws(WireError) in try client.history(key, exact: true, from: 0, to: 0, timeoutMilliseconds: timeout).events.count }
 if let writeKey {
-    attempt("put") { () throws(WireError) in _ = try client.put(writeKey, .with { $0.intValue = 1 }, timeoutMilliseconds: timeout); return 1 }
+    // A replayed write prints its count as 2.
+    attempt("put") { () throws(WireError) in
+        let reply = try client.put(writeKey, .with { $0.intValue = 1 }, writeID: Array(writeID.utf8), timeoutMilliseconds: timeout)
+        return reply.replayed ? 2 : 1
+    }
+}
+if let endSession {
+    // KeepAlive with ttl 0: ends the session; the count is how many keys it reported.
+    attempt("end-session") { () throws(WireError) in
+        Int(try client.keepAlive(session: Array(endSession.utf8), ttlMilliseconds: 0, timeoutMilliseconds: timeout).keys)
+    }
 }
 
 if listenMilliseconds > 0 {

@@ -111,3 +111,44 @@ extension AccessTests {
         #expect(!daemon.stderr.contains("stopping"), "\(daemon.stderr)")
     }
 }
+
+extension AccessTests {
+    /// Write ids were looked up before rights were checked, and shared by every peer: a read-only
+    /// peer learned another's write (`replayed`, with its revision), and a peer that used an id
+    /// first made a later write with that id change nothing. Sessions had no owner: anyone could
+    /// end root's session and delete its keys.
+    @Test("Write ids and sessions belong to the peer that uses them",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func writeIDsAndSessionsBelongToTheirPeer() throws {
+        let (daemon, dir) = try startDaemon([
+            "allow = uid:0 read=* write=*", "allow = uid:5001 read=app.", "allow = uid:5002 read=app. write=app.",
+        ])
+        defer { daemon.stop() }
+        let probe = try AccessProbe(directory: dir)
+        let runtime = ["--runtime-dir", daemon.runtimeDirectory]
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try root.put("app.secret", .with { $0.intValue = 42 }, writeID: Array("root-1".utf8))
+
+        // A read-only peer asking with root's write id is refused, and learns nothing.
+        let reader = try probe.run(identity: ["--reuid=5001", "--regid=5001"], runtime + ["--write", "app.z", "--write-id", "root-1"])
+        #expect(AccessProbe.outcome("put", in: reader) == "PERMISSION_DENIED", "\(reader)")
+
+        // A writer that uses an id first does not make root's later write with it a replay.
+        let claimer = try probe.run(identity: ["--reuid=5002", "--regid=5002"], runtime + ["--write", "app.claimed", "--write-id", "root-2"])
+        #expect(claimer.contains("put OK 1"), "\(claimer)")
+        let mine = try root.put("app.mine", .with { $0.intValue = 7 }, writeID: Array("root-2".utf8))
+        #expect(!mine.replayed)
+        #expect(try root.get("app.mine").value.intValue == 7)
+        // Root's own retry is still a replay.
+        #expect(try root.put("app.mine", .with { $0.intValue = 8 }, writeID: Array("root-2".utf8)).replayed)
+
+        // Root's session: another writer can neither see its keys nor end it.
+        _ = try root.put("app.held", .with { $0.intValue = 1 }, session: Array("root-session".utf8))
+        _ = try root.keepAlive(session: Array("root-session".utf8), ttlMilliseconds: 600_000)
+        let ender = try probe.run(identity: ["--reuid=5002", "--regid=5002"], runtime + ["--end-session", "root-session"])
+        #expect(ender.contains("end-session OK 0"), "\(ender)")
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try root.get("app.held").value.intValue == 1, "root's session-bound key is still there")
+        #expect(try root.keepAlive(session: Array("root-session".utf8), ttlMilliseconds: 600_000).keys == 1)
+    }
+}
