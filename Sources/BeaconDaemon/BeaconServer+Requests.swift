@@ -385,8 +385,10 @@ extension BeaconServer {
 
     /// Queues `reply`, decided against the state staged now, behind the replies decided before it.
     func queueReply(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64? = nil) {
-        replies.enqueue(reply, to: route, decidedAt: revision ?? store.headRevision, durableRevision: durableRevision,
-                        deliver: deliver)
+        if let (route, reply) = replies.enqueue(reply, to: route, decidedAt: revision ?? store.headRevision,
+                                                durableRevision: durableRevision) {
+            deliver(route, reply)
+        }
     }
 
     /// Sends a reply the queue released.

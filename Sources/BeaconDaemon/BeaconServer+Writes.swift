@@ -127,12 +127,13 @@ extension BeaconServer {
                 return replayWrite(route, id, revision: revision)
             }
         }
-        let clock = MonotonicTime.now()
-        if readOnlyUntil > clock {
+        // The monotonic clock is read only when a rate limit, a read-only period, a TTL or a
+        // session needs it: most writes need none.
+        if readOnlyUntil.milliseconds > 0, readOnlyUntil > .now() {
             return reject(route, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
         }
         do throws(WriteRejection) {
-            try admit(ops, now: clock)
+            try admit(ops)
         } catch {
             return refuse(id, error, route: route)
         }
@@ -153,10 +154,10 @@ extension BeaconServer {
             for index in changes.indices where changes[index].kind == .put {
                 if changes[index].expiresAtMilliseconds > 0, case .put(_, _, let ttl, _) = ops[index].action {
                     scheduleExpiry(key: changes[index].key, modRevision: changes[index].revision,
-                                   expiresAtMilliseconds: changes[index].expiresAtMilliseconds, at: clock.adding(milliseconds: ttl))
+                                   expiresAtMilliseconds: changes[index].expiresAtMilliseconds, at: MonotonicTime.now().adding(milliseconds: ttl))
                 }
                 if !changes[index].session.isEmpty {
-                    bind(changes[index].key, toSession: changes[index].session, now: clock)
+                    bind(changes[index].key, toSession: changes[index].session, now: .now())
                 }
             }
             let revision = changes[0].revision
@@ -191,7 +192,7 @@ extension BeaconServer {
 
     /// Checks a write against the peer's limits, after its rights and before its preconditions:
     /// the value size limit, the write rate, and the journal size.
-    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, now: MonotonicTime) throws(WriteRejection) where Ops.Index == Int {
+    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(WriteRejection) where Ops.Index == Int {
         let limits = access.limits
         // The protocol's own limit is checked with the value's structure (WriteOp).
         for index in ops.indices where limits.maxValueBytes < WireLimits.maxValueBytes {
@@ -204,7 +205,7 @@ extension BeaconServer {
                 })
             }
         }
-        if let wait = access.takeWrite(peer: current.peer, now: now.milliseconds) {
+        if limits.writesPerSecond > 0, let wait = access.takeWrite(peer: current.peer, now: MonotonicTime.now().milliseconds) {
             counters.rateLimited += 1
             throw WriteRejection(error: .with {
                 $0.code = .rateLimited

@@ -390,15 +390,20 @@ public final class BeaconServer: @unchecked Sendable {
     /// subscription) and its connection counter.
     private func openPublisher(_ context: ZMQContext) throws(ZMQError) {
         let config = configuration
-        let publisher = try ZMQSocket(context, type: .xpub, linger: 1000)
-        try publisher.setSendHighWaterMark(config.publishHighWaterMark)
-        try publisher.setXPubManual(true)
+        try makePublisher(context)
         for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints {
             try bind(publisher, to: endpoint)
         }
-        self.publisher = publisher
-        subscriberConnections = try ConnectionCounter(watching: publisher, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
         chmod(config.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(config.socketMode))
+    }
+
+    /// Creates the publish socket, not yet bound, and its connection counter.
+    private func makePublisher(_ context: ZMQContext) throws(ZMQError) {
+        let socket = try ZMQSocket(context, type: .xpub, linger: 1000)
+        try socket.setSendHighWaterMark(configuration.publishHighWaterMark)
+        try socket.setXPubManual(true)
+        publisher = socket
+        subscriberConnections = try ConnectionCounter(watching: socket, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
     }
 
     /// Closes the publish socket and opens it again: subscribers reconnect and subscribe anew
@@ -416,11 +421,7 @@ public final class BeaconServer: @unchecked Sendable {
         tracker.resetSubscriptions()
         pairing = SubscriptionPairing()
         do {
-            let socket = try ZMQSocket(context, type: .xpub, linger: 1000)
-            try socket.setSendHighWaterMark(config.publishHighWaterMark)
-            try socket.setXPubManual(true)
-            publisher = socket
-            subscriberConnections = try ConnectionCounter(watching: socket, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
+            try makePublisher(context)
         } catch {
             logger.critical("publish socket could not be created; stopping", metadata: ["error": "\(error)"])
             stopFlag.store(true, ordering: .sequentiallyConsistent)

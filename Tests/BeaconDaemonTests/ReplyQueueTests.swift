@@ -82,8 +82,29 @@ struct ReplyQueueTests {
         #expect(wire.sent.map(\.id) == [3, 1, 2, 4])
         #expect(queue.count == 0)
     }
+
+    @Test func anotherConnectionsDurableReplyLeavesAtOnceWhileAPlaceIsHeld() {
+        var queue = ReplyQueue()
+        let wire = Wire()
+        let ticket = queue.hold(Self.route("a"), at: 7)
+        // Nothing waits for a commit: a durable reply to "b" must not wait for one.
+        queue.enqueue(.ping(9), to: Self.route("b"), decidedAt: 7, durableRevision: 7, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [9])
+        queue.fill(ticket, with: .with { $0.id = 8 }, durableRevision: 7, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [9, 8])
+    }
 }
 
 extension PendingReply {
     static func ping(_ id: UInt64) -> PendingReply { .answer(.with { $0.id = id; $0.ping = .init() }, dependsOnStaged: false) }
+}
+
+extension ReplyQueue {
+    /// Queues `reply` as the loop does: sent through `deliver` at once when the queue says so.
+    mutating func enqueue(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64,
+                          deliver: (ReplyRoute, PendingReply) -> Void) {
+        if let (route, reply) = enqueue(reply, to: route, decidedAt: revision, durableRevision: durableRevision) {
+            deliver(route, reply)
+        }
+    }
 }

@@ -38,30 +38,27 @@ struct ReplyQueue {
         var revision: UInt64
     }
 
-    private var entries: [Entry] = []
-    /// The first entry not yet released.
-    private var head = 0
+    private var entries = EntryRing()
     /// Connections with a held place: their replies queue here, behind it, by routing id.
     private var holding: [[UInt8]: [Entry]] = [:]
     private var nextTicket: UInt64 = 0
 
     /// Replies waiting, held places included.
-    var count: Int { entries.count - head + holding.values.reduce(0) { $0 + $1.count } }
+    var count: Int { entries.count + holding.values.reduce(0) { $0 + $1.count } }
 
-    /// Queues `reply`, decided against state at `revision`, and releases it at once when it is
-    /// durable and nothing is ahead of it.
-    mutating func enqueue(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64,
-                          deliver: (ReplyRoute, PendingReply) -> Void) {
-        let entry = Entry(route: route, reply: reply, revision: revision)
+    /// Queues `reply`, decided against state at `revision`, unless it may leave at once: when it
+    /// is durable and nothing of its connection can be ahead of it.
+    /// - Returns: the reply and its route when the caller sends it now (it was not queued).
+    mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64,
+                          durableRevision: UInt64) -> (ReplyRoute, PendingReply)? {
         if !holding.isEmpty, let connection = Self.connection(of: route), holding[connection] != nil {
-            holding[connection]!.append(entry)
-            return
+            holding[connection]!.append(Entry(route: route, reply: reply, revision: revision))
+            return nil
         }
-        if head == entries.count && revision <= durableRevision {
-            deliver(route, reply)
-            return
-        }
-        entries.append(entry)
+        // Only entries waiting for a commit can be ahead; a held place holds back its own connection.
+        if entries.isEmpty && revision <= durableRevision { return (route, reply) }
+        entries.append(Entry(route: route, reply: reply, revision: revision))
+        return nil
     }
 
     /// Keeps a place for a reply that ``fill(_:with:durableRevision:deliver:)`` gives later; the
@@ -87,7 +84,10 @@ struct ReplyQueue {
             let ready = waiting.firstIndex { if case .held = $0.reply { true } else { false } } ?? waiting.endIndex
             if ready < waiting.endIndex { holding[connection] = Array(waiting[ready...]) }
             for entry in waiting[..<ready] {
-                enqueue(entry.reply, to: entry.route, decidedAt: entry.revision, durableRevision: durableRevision, deliver: deliver)
+                if let (route, reply) = enqueue(entry.reply, to: entry.route, decidedAt: entry.revision,
+                                                durableRevision: durableRevision) {
+                    deliver(route, reply)
+                }
             }
             return
         }
@@ -95,11 +95,10 @@ struct ReplyQueue {
 
     /// Releases, in order, every reply decided at or below `durableRevision`.
     mutating func release(durableRevision: UInt64, deliver: (ReplyRoute, PendingReply) -> Void) {
-        while head < entries.count, entries[head].revision <= durableRevision {
-            deliver(entries[head].route, entries[head].reply)
-            head += 1
+        while let revision = entries.firstRevision, revision <= durableRevision {
+            let entry = entries.removeFirst()
+            deliver(entry.route, entry.reply)
         }
-        compact()
     }
 
     /// A commit failed and the store went back to `durableRevision`: what waited for a later
@@ -111,7 +110,7 @@ struct ReplyQueue {
             entry.revision = durableRevision
             entry.reply = Self.rolledBack(entry.reply, durableRevision: durableRevision, reason: reason)
         }
-        for index in entries.indices[head...] { rolledBack(&entries[index]) }
+        entries.forEachInPlace(rolledBack)
         for connection in Array(holding.keys) {
             for index in holding[connection]!.indices { rolledBack(&holding[connection]![index]) }
         }
@@ -142,14 +141,39 @@ struct ReplyQueue {
         }
     }
 
-    /// Drops released entries once they are most of the array.
-    private mutating func compact() {
-        if head == entries.count {
-            entries.removeAll(keepingCapacity: entries.capacity <= 65_536)
-            head = 0
-        } else if head >= 4096 && head * 2 >= entries.count {
-            entries.removeFirst(head)
-            head = 0
+    /// The queue proper: a ring that entries are moved into and out of, never copied (under
+    /// load it never empties, and an array's front removal moved every waiting entry).
+    private struct EntryRing {
+        private var slots: [Entry?] = Array(repeating: nil, count: 64)
+        private var first = 0
+        private(set) var count = 0
+
+        var isEmpty: Bool { count == 0 }
+        var firstRevision: UInt64? { count == 0 ? nil : slots[first]!.revision }
+
+        mutating func append(_ entry: consuming Entry) {
+            if count == slots.count { grow() }
+            slots[(first + count) & (slots.count - 1)] = entry
+            count += 1
+        }
+
+        mutating func removeFirst() -> Entry {
+            let entry = slots[first].take()!
+            first = (first + 1) & (slots.count - 1)
+            count -= 1
+            return entry
+        }
+
+        mutating func forEachInPlace(_ body: (inout Entry) -> Void) {
+            for offset in 0..<count { body(&slots[(first + offset) & (slots.count - 1)]!) }
+        }
+
+        /// Doubles the ring (its size stays a power of two), the waiting entries first.
+        private mutating func grow() {
+            var larger: [Entry?] = Array(repeating: nil, count: slots.count * 2)
+            for offset in 0..<count { larger[offset] = slots[(first + offset) & (slots.count - 1)].take() }
+            slots = larger
+            first = 0
         }
     }
 
