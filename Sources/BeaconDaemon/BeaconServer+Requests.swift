@@ -385,9 +385,11 @@ extension BeaconServer {
 
     /// Queues `reply`, decided against the state staged now, behind the replies decided before it.
     func queueReply(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64? = nil) {
-        if let (route, reply) = replies.enqueue(reply, to: route, decidedAt: revision ?? store.headRevision,
-                                                durableRevision: durableRevision) {
+        let decided = revision ?? store.headRevision
+        if replies.mayLeaveAtOnce(to: route, decidedAt: decided, durableRevision: durableRevision) {
             deliver(route, reply)
+        } else {
+            replies.enqueue(reply, to: route, decidedAt: decided)
         }
     }
 

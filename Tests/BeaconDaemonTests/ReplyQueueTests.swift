@@ -103,8 +103,10 @@ extension ReplyQueue {
     /// Queues `reply` as the loop does: sent through `deliver` at once when the queue says so.
     mutating func enqueue(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64,
                           deliver: (ReplyRoute, PendingReply) -> Void) {
-        if let (route, reply) = enqueue(reply, to: route, decidedAt: revision, durableRevision: durableRevision) {
+        if mayLeaveAtOnce(to: route, decidedAt: revision, durableRevision: durableRevision) {
             deliver(route, reply)
+        } else {
+            enqueue(reply, to: route, decidedAt: revision)
         }
     }
 }

@@ -46,19 +46,23 @@ struct ReplyQueue {
     /// Replies waiting, held places included.
     var count: Int { entries.count + holding.values.reduce(0) { $0 + $1.count } }
 
-    /// Queues `reply`, decided against state at `revision`, unless it may leave at once: when it
-    /// is durable and nothing of its connection can be ahead of it.
-    /// - Returns: the reply and its route when the caller sends it now (it was not queued).
-    mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64,
-                          durableRevision: UInt64) -> (ReplyRoute, PendingReply)? {
+    /// Whether a reply to `route` decided at `revision` may leave at once, unqueued: it is durable,
+    /// and nothing of its connection can be ahead of it (only entries waiting for a commit, or a
+    /// place its own connection holds).
+    func mayLeaveAtOnce(to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64) -> Bool {
+        guard entries.isEmpty && revision <= durableRevision else { return false }
+        guard !holding.isEmpty, let connection = Self.connection(of: route) else { return true }
+        return holding[connection] == nil
+    }
+
+    /// Queues `reply`, decided against state at `revision`, behind everything decided before it
+    /// (``mayLeaveAtOnce(to:decidedAt:durableRevision:)`` says when it need not wait).
+    mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64) {
         if !holding.isEmpty, let connection = Self.connection(of: route), holding[connection] != nil {
             holding[connection]!.append(Entry(route: route, reply: reply, revision: revision))
-            return nil
+        } else {
+            entries.append(Entry(route: route, reply: reply, revision: revision))
         }
-        // Only entries waiting for a commit can be ahead; a held place holds back its own connection.
-        if entries.isEmpty && revision <= durableRevision { return (route, reply) }
-        entries.append(Entry(route: route, reply: reply, revision: revision))
-        return nil
     }
 
     /// Keeps a place for a reply that ``fill(_:with:durableRevision:deliver:)`` gives later; the
@@ -84,9 +88,10 @@ struct ReplyQueue {
             let ready = waiting.firstIndex { if case .held = $0.reply { true } else { false } } ?? waiting.endIndex
             if ready < waiting.endIndex { holding[connection] = Array(waiting[ready...]) }
             for entry in waiting[..<ready] {
-                if let (route, reply) = enqueue(entry.reply, to: entry.route, decidedAt: entry.revision,
-                                                durableRevision: durableRevision) {
-                    deliver(route, reply)
+                if mayLeaveAtOnce(to: entry.route, decidedAt: entry.revision, durableRevision: durableRevision) {
+                    deliver(entry.route, entry.reply)
+                } else {
+                    enqueue(entry.reply, to: entry.route, decidedAt: entry.revision)
                 }
             }
             return
