@@ -300,6 +300,9 @@ public struct DaemonLimits: Sendable, Equatable {
     public var pendingRequests: Int32 = 10_000
     /// Subscriptions one peer may hold on the publish socket.
     public var subscriptionsPerPeer: UInt32 = 1000
+    /// Connections one peer may hold to the request and publish sockets together (0: no limit):
+    /// a local user by uid, a tcp peer by address. The superuser has no such limit.
+    public var connectionsPerPeer: UInt32 = 256
     /// Journal size above which puts are refused (deletes still work); 0: no limit.
     public var maxJournalBytes: UInt64 = 0
 

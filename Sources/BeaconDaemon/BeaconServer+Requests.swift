@@ -241,8 +241,8 @@ extension BeaconServer {
                 $0.trackedPrefixes = UInt32(tracker.tracked.count)
                 $0.uptimeMs = startedAt.milliseconds(until: now)
                 $0.readOnly = readOnlyUntil > now
-                $0.requestConnections = UInt32(requestConnections?.count ?? 0)
-                $0.subscriberConnections = UInt32(subscriberConnections?.count ?? 0)
+                $0.requestConnections = UInt32(connections.ledger.count(.requests))
+                $0.subscriberConnections = UInt32(connections.ledger.count(.subscribers))
                 $0.writesPerSecond = writeRate.perSecond
                 $0.publicationsPerSecond = publicationRate.perSecond
                 $0.connectionsRefused = counters.connectionsRefused
@@ -251,6 +251,9 @@ extension BeaconServer {
                 $0.quotaExceeded = counters.quotaExceeded
                 $0.subscriptionsRefused = counters.subscriptionsRefused
                 $0.batches = counters.batches
+                $0.connectionsShed = connections.ledger.shed
+                $0.sessions = UInt32(sessions.count)
+                $0.leasesRefused = counters.leasesRefused
             }
 
         case .keepAlive(let keepAlive):

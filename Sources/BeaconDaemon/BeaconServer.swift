@@ -69,9 +69,8 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var publisher: ZMQSocket!
     /// The ZAP handler's socket: every connection to the daemon is authenticated here.
     var zap: ZMQSocket?
-    /// Connections to the request and publish sockets, for `Stats`.
-    var requestConnections: ConnectionCounter?
-    var subscriberConnections: ConnectionCounter?
+    /// Connections to the request and publish sockets, per peer and in all; sheds those over a limit.
+    var connections: ConnectionGuard!
     /// Recent write and publication rates, for `Stats`.
     var writeRate = RateMeter()
     var publicationRate = RateMeter()
@@ -110,6 +109,7 @@ public final class BeaconServer: @unchecked Sendable {
         var quotaExceeded: UInt64 = 0
         var subscriptionsRefused: UInt64 = 0
         var batches: UInt64 = 0
+        var leasesRefused: UInt64 = 0
     }
 
     /// Write ids remembered for idempotent retries.
@@ -235,11 +235,12 @@ public final class BeaconServer: @unchecked Sendable {
         let policyChanged = next.access != live.access
         live.access = next.access
         live.limits = next.limits
-        access.reload(policy: live.access, limits: live.limits)
-        if policyChanged {
-            // Subscriptions were granted under the old rules: open the publish socket anew so that
+        let rightsChanged = access.reload(policy: live.access, limits: live.limits)
+        connections.setPerPeerLimit(Int(live.limits.connectionsPerPeer))
+        if policyChanged || rightsChanged {
+            // Subscriptions were granted under the old rights: open the publish socket anew so that
             // every subscriber reconnects and subscribes under the new ones (it repairs any gap).
-            reopenPublisher(reason: "the access rules changed")
+            reopenPublisher(reason: policyChanged ? "the access rules changed" : "a connected peer's groups changed")
         }
         logger.info("configuration reloaded", metadata: [
             "heartbeat.ms": "\(live.heartbeatIntervalMilliseconds)", "allow.rules": "\(live.access.rules.count)"])
@@ -309,6 +310,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     private func openSockets() throws(DaemonError) {
         let config = configuration
+        connections = ConnectionGuard(perPeer: Int(config.limits.connectionsPerPeer), descriptorLimit: DescriptorLimit.raise())
         // libzmq starts its I/O thread with the context's first socket, in the placement of the
         // thread that makes it; this thread is put back as it was once the sockets are open.
         let restore = placeForLoop()
@@ -324,6 +326,7 @@ public final class BeaconServer: @unchecked Sendable {
             self.zap = zap
             step = "creating the request socket"
             router = try ZMQSocket(context, type: .router, linger: 1000)
+            try router.setHandshakeInterval(milliseconds: Self.handshakeMilliseconds)
             try router.setMaxMessageSize(Int64(WireLimits.maxRequestBytes))
             try router.setSendHighWaterMark(100_000)
             try router.setReceiveHighWaterMark(config.limits.pendingRequests)
@@ -334,8 +337,7 @@ public final class BeaconServer: @unchecked Sendable {
             step = "creating the publish socket"
             try openPublisher(context)
             step = "monitoring the sockets"
-            let tag = UInt64.random(in: 0 ... .max)
-            requestConnections = try ConnectionCounter(watching: router, name: "beacond-requests-\(tag)")
+            try connections.watch(router, as: .requests, name: "beacond-requests-\(UInt64.random(in: 0 ... .max))")
         } catch {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
@@ -402,8 +404,9 @@ public final class BeaconServer: @unchecked Sendable {
         let socket = try ZMQSocket(context, type: .xpub, linger: 1000)
         try socket.setSendHighWaterMark(configuration.publishHighWaterMark)
         try socket.setXPubManual(true)
+        try socket.setHandshakeInterval(milliseconds: Self.handshakeMilliseconds)
         publisher = socket
-        subscriberConnections = try ConnectionCounter(watching: socket, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
+        try connections.watch(socket, as: .subscribers, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
     }
 
     /// Closes the publish socket and opens it again: subscribers reconnect and subscribe anew
@@ -414,7 +417,7 @@ public final class BeaconServer: @unchecked Sendable {
         let config = configuration
         lastPublisherReset = .now()
         publisherResetPending = false
-        subscriberConnections?.close()
+        connections.stopWatching(.subscribers)
         for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints { try? publisher.unbind(endpoint) }
         publisher.close()
         access.resetSubscriptions()
@@ -450,6 +453,18 @@ public final class BeaconServer: @unchecked Sendable {
         if !unboundPublishEndpoints.isEmpty { timers.schedule(.publisherRebind, at: MonotonicTime.now().adding(milliseconds: 100)) }
     }
 
+    /// How long a connection may take to finish its handshake: one that sends nothing (a raw tcp
+    /// connection to the CURVE port) holds a descriptor no longer than this.
+    static let handshakeMilliseconds: Int32 = 10_000
+
+    /// Logs connections shed over a limit (throttled: a peer can cause thousands).
+    private func logShed(_ shed: [ConnectionGuard.Shed]) {
+        guard let first = shed.first, let held = logThrottle.admit("connection.shed", now: .now()) else { return }
+        logger.notice("connections closed at once: over a connection limit", metadata: [
+            "peer": "\(first.peer)", "limit": "\(first.verdict == .shedPeerLimit ? "connections_per_peer" : "descriptors")",
+            "connections": "\(shed.count)", "held.back": "\(held)"])
+    }
+
     // MARK: Loop
 
     private func loop() {
@@ -461,7 +476,7 @@ public final class BeaconServer: @unchecked Sendable {
         }
         var poller = ZMQPoller()
         var routerIndex = 0, publisherIndex = 0, wakeIndex = 0, zapIndex = 0
-        var monitors: [ConnectionCounter] = []
+        var monitors: [ConnectionLedger.Socket] = []
         var monitorIndices: [Int] = []
         var polledGeneration = -1
         // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
@@ -487,8 +502,8 @@ public final class BeaconServer: @unchecked Sendable {
                 publisherIndex = poller.add(publisher)
                 wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
                 zapIndex = poller.add(zap!)
-                monitors = [requestConnections, subscriberConnections].compactMap { $0 }
-                monitorIndices = monitors.map { poller.add($0.events) }
+                monitors = Array(connections.monitors.keys)
+                monitorIndices = monitors.map { poller.add(connections.monitors[$0]!) }
                 polledGeneration = publisherGeneration
             }
             do {
@@ -498,7 +513,9 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
-            for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) { monitor.drain() }
+            for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) {
+                logShed(connections.drain(monitor))
+            }
             if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
             completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
@@ -548,8 +565,7 @@ public final class BeaconServer: @unchecked Sendable {
         // Requests already read are answered; then everything closes in order.
         flushWrites()
         commits.stop()
-        requestConnections?.close()
-        subscriberConnections?.close()
+        connections.close()
         router.close()
         publisher.close()
         zap?.close()

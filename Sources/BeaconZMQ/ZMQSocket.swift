@@ -258,6 +258,10 @@ public final class ZMQSocket {
     /// Send high-water mark: messages queued per peer before new ones are dropped (or block).
     public func setSendHighWaterMark(_ messages: Int32) throws(ZMQError) { try setOption(ZMQ_SNDHWM, messages) }
 
+    /// How long a new connection may take over its ZMTP handshake (and security) before libzmq
+    /// closes it; 0: no limit.
+    public func setHandshakeInterval(milliseconds: Int32) throws(ZMQError) { try setOption(ZMQ_HANDSHAKE_IVL, milliseconds) }
+
     /// How long a blocking send waits for room (or for a peer) before failing with `EAGAIN`;
     /// -1 waits forever.
     public func setSendTimeout(milliseconds: Int32) throws(ZMQError) { try setOption(ZMQ_SNDTIMEO, milliseconds) }

@@ -404,6 +404,7 @@ extension Beacon {
                 "connections_refused": stats.connectionsRefused, "access_denied": stats.accessDenied,
                 "rate_limited": stats.rateLimited, "quota_exceeded": stats.quotaExceeded,
                 "subscriptions_refused": stats.subscriptionsRefused, "batches": stats.batches,
+                "connections_shed": stats.connectionsShed, "sessions": stats.sessions, "leases_refused": stats.leasesRefused,
             ]
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }

@@ -12,6 +12,9 @@
 // With --junk-steps DIR it plays the upstream-junk attack instead: it connects an XSUB and a SUB
 // socket (READY), sends one upstream byte that is not a subscription when DIR/junk appears
 // (JUNK), subscribes the --subscribe topics when DIR/subscribe appears (SUBSCRIBED), then listens.
+//
+// With --hold-connections N it opens N plain connections to the request socket and holds them
+// for --listen-ms (HELD <opened>, READY), then prints how many the daemon closed (CLOSED <n>).
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -29,6 +32,7 @@ var listenMilliseconds = 0
 var junkSteps: String?
 var writeID = ""
 var endSession: String?
+var holdConnections = 0
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -45,6 +49,7 @@ while let argument = arguments.popFirst() {
     case "--junk-steps": junkSteps = arguments.popFirst()
     case "--write-id": writeID = arguments.popFirst() ?? ""
     case "--end-session": endSession = arguments.popFirst()
+    case "--hold-connections": holdConnections = Int(arguments.popFirst() ?? "") ?? 0
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -54,6 +59,49 @@ while let argument = arguments.popFirst() {
 func emit(_ line: String) {
     // Unbuffered: the test waits for READY while the probe runs.
     FileHandle.standardOutput.write((line + "\n").data(using: .utf8)!)
+}
+
+if holdConnections > 0 {
+    var limits = rlimit()
+    getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
+    limits.rlim_cur = limits.rlim_max
+    setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
+    let path = (runtimeDirectory ?? "") + "/" + WireEndpoint.requestSocketName
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+        for (index, byte) in path.utf8.prefix(buffer.count - 1).enumerated() { buffer[index] = byte }
+    }
+    var held: [Int32] = []
+    for _ in 0..<holdConnections {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { break }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if connected != 0 {
+            close(fd)
+            break
+        }
+        held.append(fd)
+    }
+    emit("HELD \(held.count)")
+    emit("READY")
+    Thread.sleep(forTimeInterval: Double(listenMilliseconds) / 1000)
+    // A connection the daemon closed reads as the end of the stream (or a reset) after its
+    // greeting; one it keeps has nothing more to read.
+    var closed = 0
+    var buffer = [UInt8](repeating: 0, count: 256)
+    for fd in held {
+        while true {
+            let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if count > 0 { continue }
+            if count == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) { closed += 1 }
+            break
+        }
+    }
+    emit("CLOSED \(closed)")
+    exit(0)
 }
 
 let client: WireClient

@@ -59,13 +59,14 @@ struct AccessTests {
     static let readOps = ["get", "list", "snapshot", "delta", "history", "history-key"]
 
     /// A world-reachable directory with a daemon configured by `rules` (and `extra` lines).
-    func startDaemon(_ lines: [String], extraArguments: [String] = []) throws -> (DaemonProcess, String) {
+    func startDaemon(_ lines: [String], extraArguments: [String] = [], launcher: [String] = []) throws -> (DaemonProcess, String) {
         let dir = try temporaryDirectory()
         chmod(dir, 0o755)
         let config = dir + "/beacond.conf"
         try (["socket_mode = 0666"] + lines).joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
-                                       extraArguments: ["--config", config] + extraArguments)
+                                       extraArguments: ["--config", config] + extraArguments,
+                                       launcher: launcher.first, launcherArguments: Array(launcher.dropFirst()))
         chmod(dir + "/run", 0o755)
         return (daemon, dir)
     }

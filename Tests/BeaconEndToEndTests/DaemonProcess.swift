@@ -33,9 +33,10 @@ final class DaemonProcess {
     /// Launches beacond; with `waitUntilReady`, returns once it answers a ping.
     /// - Parameters:
     ///   - environment: variables set for beacond on top of this process's own.
-    ///   - launcher: a command that runs beacond with its arguments (`/usr/bin/env`, say); none: beacond itself.
+    ///   - launcher: a command that runs beacond with its arguments (`/usr/bin/env`, say), given
+    ///     `launcherArguments` first; none: beacond itself.
     init(runtimeDirectory: String, stateDirectory: String, extraArguments: [String] = [], environment: [String: String] = [:],
-         launcher: String? = nil, waitUntilReady: Bool = true) throws {
+         launcher: String? = nil, launcherArguments: [String] = [], waitUntilReady: Bool = true) throws {
         self.runtimeDirectory = runtimeDirectory
         self.stateDirectory = stateDirectory
         stderrPath = runtimeDirectory + ".stderr"
@@ -43,7 +44,7 @@ final class DaemonProcess {
         let arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100"] + extraArguments
         if let launcher {
             process.executableURL = URL(fileURLWithPath: launcher)
-            process.arguments = [try binary("beacond")] + arguments
+            process.arguments = launcherArguments + [try binary("beacond")] + arguments
         } else {
             process.executableURL = URL(fileURLWithPath: try binary("beacond"))
             process.arguments = arguments

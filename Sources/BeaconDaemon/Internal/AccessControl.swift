@@ -35,15 +35,24 @@ struct AccessControl {
     static let none = AccessRights(read: .nothing, write: .nothing)
 
     /// Takes a reloaded policy and limits; rights are worked out again as peers show up.
-    mutating func reload(policy: AccessPolicy, limits: DaemonLimits) {
+    /// - Returns: whether a peer seen before has other rights now: under other rules, or because
+    ///   the system's groups changed (membership is looked up again, not remembered).
+    @discardableResult
+    mutating func reload(policy: AccessPolicy, limits: DaemonLimits) -> Bool {
         self.policy = policy
         self.limits = limits
+        var rightsChanged = false
+        for (userID, before) in grants {
+            let now = Peer(userID: userID).flatMap { peer in policy.rights(of: peer, groups: Self.groups(of: peer)) }
+            if now != before { rightsChanged = true }
+        }
         grants.removeAll()
         buckets.removeAll()
         if limits.keysPerPeer == 0 {
             owned.removeAll()
             owners.removeAll()
         }
+        return rightsChanged
     }
 
     /// Forgets every subscription: the publish socket was opened anew.

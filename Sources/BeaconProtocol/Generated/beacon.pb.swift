@@ -1404,6 +1404,24 @@ public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
     set {_uniqueStorage()._batches = newValue}
   }
 
+  /// connections closed at once: over connections_per_peer or the descriptor limit
+  public var connectionsShed: UInt64 {
+    get {_storage._connectionsShed}
+    set {_uniqueStorage()._connectionsShed = newValue}
+  }
+
+  /// live sessions
+  public var sessions: UInt32 {
+    get {_storage._sessions}
+    set {_uniqueStorage()._sessions = newValue}
+  }
+
+  /// Snapshot and Delta prefixes not leased: the peer holds leases_per_peer
+  public var leasesRefused: UInt64 {
+    get {_storage._leasesRefused}
+    set {_uniqueStorage()._leasesRefused = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3480,7 +3498,7 @@ nonisolated extension Beacon_V1_EventsReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatsReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0\u{3}connections_shed\0\u{1}sessions\0\u{3}leases_refused\0")
 
   fileprivate class _StorageClass {
     var _epoch: UInt64 = 0
@@ -3508,6 +3526,9 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
     var _quotaExceeded: UInt64 = 0
     var _subscriptionsRefused: UInt64 = 0
     var _batches: UInt64 = 0
+    var _connectionsShed: UInt64 = 0
+    var _sessions: UInt32 = 0
+    var _leasesRefused: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3543,6 +3564,9 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       _quotaExceeded = source._quotaExceeded
       _subscriptionsRefused = source._subscriptionsRefused
       _batches = source._batches
+      _connectionsShed = source._connectionsShed
+      _sessions = source._sessions
+      _leasesRefused = source._leasesRefused
     }
   }
 
@@ -3586,6 +3610,9 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         case 23: try { try decoder.decodeSingularUInt64Field(value: &_storage._quotaExceeded) }()
         case 24: try { try decoder.decodeSingularUInt64Field(value: &_storage._subscriptionsRefused) }()
         case 25: try { try decoder.decodeSingularUInt64Field(value: &_storage._batches) }()
+        case 26: try { try decoder.decodeSingularUInt64Field(value: &_storage._connectionsShed) }()
+        case 27: try { try decoder.decodeSingularUInt32Field(value: &_storage._sessions) }()
+        case 28: try { try decoder.decodeSingularUInt64Field(value: &_storage._leasesRefused) }()
         default: break
         }
       }
@@ -3669,6 +3696,15 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._batches != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._batches, fieldNumber: 25)
       }
+      if _storage._connectionsShed != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._connectionsShed, fieldNumber: 26)
+      }
+      if _storage._sessions != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._sessions, fieldNumber: 27)
+      }
+      if _storage._leasesRefused != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._leasesRefused, fieldNumber: 28)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3703,6 +3739,9 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._quotaExceeded != rhs_storage._quotaExceeded {return false}
         if _storage._subscriptionsRefused != rhs_storage._subscriptionsRefused {return false}
         if _storage._batches != rhs_storage._batches {return false}
+        if _storage._connectionsShed != rhs_storage._connectionsShed {return false}
+        if _storage._sessions != rhs_storage._sessions {return false}
+        if _storage._leasesRefused != rhs_storage._leasesRefused {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -1,27 +1,3 @@
-import BeaconZMQ
-
-/// Counts the connections of one socket from its monitor events (accepted +1, disconnected −1).
-/// Loop thread only.
-final class ConnectionCounter {
-    /// The monitor's PAIR socket, polled by the loop.
-    let events: ZMQSocket
-    private(set) var count = 0
-
-    init(watching socket: ZMQSocket, name: String) throws(ZMQError) {
-        events = try socket.monitor(events: [.accepted, .disconnected], name: name)
-    }
-
-    /// Applies every waiting event.
-    func drain() {
-        while let event = try? events.receiveMonitorEvent(flags: .dontWait) {
-            if event.kind.contains(.accepted) { count += 1 }
-            if event.kind.contains(.disconnected) { count = max(count - 1, 0) }
-        }
-    }
-
-    func close() { events.close() }
-}
-
 /// A rate over the last few seconds from samples of a growing counter. Loop thread only.
 struct RateMeter {
     private var samples: [(atMilliseconds: UInt64, count: UInt64)] = []

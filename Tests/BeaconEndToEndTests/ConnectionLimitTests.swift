@@ -1,0 +1,98 @@
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+import Testing
+
+/// CPU time a process has used, from /proc (user + system).
+func cpuSeconds(of pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return 0 }
+    // Fields after the command name: state is field 3, utime 14, stime 15.
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+extension AccessTests {
+    /// At systemd's default limit of 1,024 descriptors, one peer opening 1,100 connections made
+    /// libzmq's ipc accept fail with EMFILE, which it treats as fatal: the daemon aborted.
+    @Test("One local user opening more connections than the daemon has descriptors cannot end it; others still get in",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func connectionFloodFromOneUserIsShed() throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."],
+                                            launcher: ["/usr/bin/prlimit", "--nofile=1024:1024"])
+        defer { daemon.stop() }
+        let probe = try AccessProbe(directory: dir)
+        var rootWorked = false
+        let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--hold-connections", "1100", "--listen-ms", "1500",
+        ]) {
+            Thread.sleep(forTimeInterval: 0.5)
+            guard daemon.process.isRunning else { return }
+            // Another user connects and is served while the flood is held.
+            let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            _ = try root.put("sys.during", .with { $0.intValue = 1 })
+            rootWorked = try root.get("sys.during").value.intValue == 1
+        }
+        #expect(daemon.process.isRunning, "beacond ended: \(((try? String(contentsOfFile: daemon.stderrPath, encoding: .utf8)) ?? "").suffix(400))")
+        #expect(rootWorked, "root was served while the flood was held")
+        let held = lines.first { $0.hasPrefix("HELD ") }.flatMap { Int($0.dropFirst(5)) } ?? 0
+        let closed = lines.first { $0.hasPrefix("CLOSED ") }.flatMap { Int($0.dropFirst(7)) } ?? 0
+        #expect(held == 1100, "\(lines)")
+        #expect(held - closed == 256, "the peer keeps exactly connections_per_peer of them: \(lines)")
+        guard daemon.process.isRunning else { return }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let stats = try root.stats()
+        #expect(stats.connectionsShed >= 1100 - 256, "\(stats)")
+        #expect(stats.requestConnections <= 2, "the flood's connections are gone once it ends: \(stats.requestConnections)")
+    }
+
+    /// Raw tcp connections to the CURVE port, never finishing a handshake, filled the descriptor
+    /// table and spun libzmq's I/O thread at 100%.
+    @Test("Raw tcp connections that never finish a handshake cannot exhaust the daemon's descriptors or spin it",
+          .enabled(if: ZMQCurveKeyPair.isSupported, "libzmq without CURVE"))
+    func rawTCPFloodIsShed() throws {
+        let dir = try temporaryDirectory()
+        let server = try ZMQCurveKeyPair.generate()
+        try CurveKeyFile(publicKey: server.publicKey, secretKey: server.secretKey).text
+            .write(toFile: "\(dir)/server.key", atomically: true, encoding: .utf8)
+        let port = try freeLoopbackPort()
+        let (daemon, _) = try startDaemon([
+            "request_endpoint = tcp://127.0.0.1:\(port)",
+            "curve_secret_key_file = \(dir)/server.key", "allow = uid:\(getuid()) read=* write=*",
+            "allow = key:\(server.publicKey) read=* write=*",
+        ], launcher: ["/usr/bin/prlimit", "--nofile=1024:1024"])
+        defer { daemon.stop() }
+        let pid = daemon.process.processIdentifier
+        var held: [Int32] = []
+        defer { for fd in held { close(fd) } }
+        for _ in 0..<1100 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0 else {
+                close(fd)
+                break
+            }
+            held.append(fd)
+        }
+        #expect(held.count == 1100)
+        Thread.sleep(forTimeInterval: 0.5)
+        let cpuBefore = cpuSeconds(of: pid)
+        Thread.sleep(forTimeInterval: 2)
+        let cpuUsed = cpuSeconds(of: pid) - cpuBefore
+        #expect(daemon.process.isRunning, "beacond ended: \(((try? String(contentsOfFile: daemon.stderrPath, encoding: .utf8)) ?? "").suffix(400))")
+        #expect(cpuUsed < 0.5, "beacond used \(cpuUsed) s of CPU in 2 s while the connections were held")
+        guard daemon.process.isRunning else { return }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try root.put("sys.during", .with { $0.intValue = 1 })
+        let stats = try root.stats()
+        #expect(stats.connectionsShed >= 1100 - 256, "\(stats)")
+    }
+}
