@@ -152,3 +152,68 @@ extension AccessTests {
         #expect(try root.keepAlive(session: Array("root-session".utf8), ttlMilliseconds: 600_000).keys == 1)
     }
 }
+
+/// Runs a system administration command (useradd, gpasswd, ...); its status.
+@discardableResult
+func administer(_ path: String, _ arguments: [String]) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.runSerially()) != nil else { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+let canAdministerUsers = canSwitchUsers && ["/usr/sbin/useradd", "/usr/sbin/groupadd", "/usr/bin/gpasswd", "/usr/sbin/userdel",
+                                            "/usr/sbin/groupdel"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+
+extension AccessTests {
+    /// With `allow = group:NAME read=sys.`, taking a user out of the group and reloading denied
+    /// its gets, but its live subscription kept delivering `sys.` diffs: the reload compared rule
+    /// texts, not the rights they now give each connected peer.
+    @Test("A reload after a user leaves a group ends the subscriptions that group's rule granted",
+          .enabled(if: canAdministerUsers, "needs root, setpriv, useradd, groupadd and gpasswd"))
+    func leavingAGroupEndsItsSubscriptionsOnReload() throws {
+        let user = "beacont5003", group = "beaconsec5003"
+        administer("/usr/sbin/userdel", [user])
+        administer("/usr/sbin/groupdel", [group])
+        try #require(administer("/usr/sbin/groupadd", [group]) == 0)
+        try #require(administer("/usr/sbin/useradd", ["-u", "5003", "-M", "-N", "-g", "nogroup", user]) == 0)
+        defer {
+            administer("/usr/sbin/userdel", [user])
+            administer("/usr/sbin/groupdel", [group])
+        }
+        try #require(administer("/usr/bin/gpasswd", ["-a", user, group]) == 0)
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5003 read=app.", "allow = group:\(group) read=sys."])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let probe = try AccessProbe(directory: dir)
+        let stderrPath = daemon.stderrPath
+        func reloads() -> Int {
+            ((try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "").components(separatedBy: "configuration reloaded").count - 1
+        }
+        let lines = try probe.run(identity: ["--reuid=5003", "--regid=65534"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--subscribe", "sys.", "--listen-ms", "4000",
+        ]) {
+            for i in 0..<5 {
+                _ = try root.put("sys.before", .with { $0.intValue = Int64(i) })
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            try #require(administer("/usr/bin/gpasswd", ["-d", user, group]) == 0)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            let deadline = Date().addingTimeInterval(5)
+            while reloads() < 1 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+            Thread.sleep(forTimeInterval: 0.5)  // time for a subscriber to reconnect and subscribe again
+            for i in 0..<10 {
+                _ = try root.put("sys.after", .with { $0.intValue = Int64(i) })
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+        }
+        #expect(lines.contains("diff sys.before"), "the group's rule granted the subscription: \(lines.prefix(5))")
+        #expect(!lines.contains("diff sys.after"), "a diff reached the user after it left the group")
+        let denied = try probe.run(identity: ["--reuid=5003", "--regid=65534"], ["--runtime-dir", daemon.runtimeDirectory, "--key", "sys.after"])
+        #expect(AccessProbe.outcome("get", in: denied) == "PERMISSION_DENIED", "\(denied)")
+    }
+}
