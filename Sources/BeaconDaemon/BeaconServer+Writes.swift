@@ -433,7 +433,12 @@ extension BeaconServer {
     /// Publishes the diffs of one revision's changes, and its commit marker if it has several.
     private func publish(_ changes: [JournalChange]) {
         let revision = changes[0].revision
-        let marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : changes.map(\.key))
+        var marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : changes.map(\.key))
+        if access.policy.isEnabled {
+            for index in marks.perChange.indices where !marks.perChange[index].isEmpty {
+                marks.perChange[index] = access.marks(marks.perChange[index], everyReaderOf: changes[index].key)
+            }
+        }
         let epoch = journal.epoch
         for index in changes.indices {
             // Encoded straight into the frame libzmq sends.

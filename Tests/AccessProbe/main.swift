@@ -6,6 +6,7 @@
 //                                outcome: OK or the error code (PERMISSION_DENIED, REFUSED, ...)
 //   READY                        subscriptions are in place; publications are being collected
 //   diff <key>                   a diff arrived
+//   marks <key> <prefixes>       the prefixes its sequencing marks name (comma-separated)
 //   heartbeat <prefixes>         a heartbeat arrived, with the prefixes it lists (comma-separated)
 //   commit <prefixes>            a commit marker arrived, with the prefixes it marks
 //
@@ -139,7 +140,9 @@ func snakeCase(_ name: String) -> String {
     while Date() < end {
         guard let publication = try? client.receivePublication(timeoutMilliseconds: 50) else { continue }
         switch publication {
-        case .diff(let diff): emit("diff \(diff.event.change.key)")
+        case .diff(let diff):
+            emit("diff \(diff.event.change.key)")
+            emit("marks \(diff.event.change.key) \(diff.marks.map(\.prefix).joined(separator: ","))")
         case .heartbeat(let heartbeat): emit("heartbeat \(heartbeat.prefixes.map(\.prefix).joined(separator: ","))")
         case .commit(let marker): emit("commit \(marker.marks.map(\.prefix).joined(separator: ","))")
         }

@@ -217,3 +217,50 @@ extension AccessTests {
         #expect(AccessProbe.outcome("get", in: denied) == "PERMISSION_DENIED", "\(denied)")
     }
 }
+
+extension AccessTests {
+    /// A diff carries a sequencing mark for every followed prefix its key starts with. B (read=app.)
+    /// following `app.` got the marks of root's `ap` and of the empty prefix in its `app.x` diffs:
+    /// `parts 2` told it that `apps.secret` was written in the same transaction, and the previous
+    /// revisions dated every write to keys it may not read.
+    @Test("A diff carries only the marks of prefixes every peer that may receive it may read",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func diffsCarryOnlyMarksTheReaderMayRead() throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try root.subscribe("ap")
+        let everything = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try everything.subscribe("")
+        let probe = try AccessProbe(directory: dir)
+        var rootMarks: Set<String> = []
+        let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--subscribe", "app.", "--listen-ms", "1500",
+        ]) {
+            Thread.sleep(forTimeInterval: 0.3)
+            for i in 0..<5 {
+                let value = Beacon_V1_Value.with { $0.intValue = Int64(i) }
+                _ = try root.transaction([
+                    .with { $0.put = .with { $0.key = "app.x"; $0.value = value } },
+                    .with { $0.put = .with { $0.key = "apps.secret"; $0.value = value } },
+                ])
+                _ = try root.put("sys.other", value)
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            let end = Date().addingTimeInterval(0.5)
+            while Date() < end {
+                if case .diff(let diff) = try root.receivePublication(timeoutMilliseconds: 20) {
+                    rootMarks.formUnion(diff.marks.map(\.prefix))
+                }
+            }
+        }
+        let marks = lines.filter { $0.hasPrefix("marks app.x") }
+        #expect(!marks.isEmpty, "B received its app.x diffs: \(lines.suffix(5))")
+        for line in marks {
+            let prefixes = line.split(separator: " ").dropFirst(2).first.map { $0.split(separator: ",").map(String.init) } ?? []
+            #expect(prefixes == ["app."], "B may read only under app.: \(line)")
+        }
+        #expect(!lines.contains { $0.hasPrefix("diff apps.") || $0.hasPrefix("diff sys.") })
+        #expect(rootMarks.contains("ap"), "a diff no narrower scope may receive keeps root's mark: \(rootMarks)")
+    }
+}

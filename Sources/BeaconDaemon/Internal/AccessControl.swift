@@ -105,7 +105,9 @@ struct AccessControl {
         guard let prefix = String(validating: topic, as: UTF8.self), KeyPath.problem(prefix: prefix) == nil,
               rights.read.covers(prefix: prefix)
         else { return nil }
-        if prefix.isEmpty && policy.isEnabled { return Self.keyFirstBytes.map { [$0] } }
+        guard policy.isEnabled else { return [topic] }
+        _ = scope(of: rights.read)  // the diffs it receives carry only marks this scope may read
+        if prefix.isEmpty { return Self.keyFirstBytes.map { [$0] } }
         return [topic]
     }
 
@@ -128,6 +130,14 @@ struct AccessControl {
     /// The commit-marker topic of a scope: `!c`, or `!c#N#` with a policy.
     func commitTopic(scope: Int) -> String {
         policy.isEnabled ? "\(WireTopic.commit)#\(scope)#" : WireTopic.commit
+    }
+
+    /// The marks of a diff of `key` that every read scope able to receive it may read: a mark
+    /// for a prefix tells how many keys under it the revision changed and when one last changed,
+    /// so a reader of `key` that may not read the whole prefix must not see it. The peers
+    /// following a prefix whose mark is left out repair from the journal (proto/PROTOCOL.md §6).
+    func marks(_ marks: [Beacon_V1_PrefixMark], everyReaderOf key: String) -> [Beacon_V1_PrefixMark] {
+        marks.filter { mark in scopes.allSatisfy { !$0.contains(key: key) || $0.covers(prefix: mark.prefix) } }
     }
 
     /// Counts a subscription of `peer`; `false` when the peer holds its limit already (the
