@@ -300,6 +300,12 @@ public struct DaemonLimits: Sendable, Equatable {
     public var pendingRequests: Int32 = 10_000
     /// Subscriptions one peer may hold on the publish socket.
     public var subscriptionsPerPeer: UInt32 = 1000
+    /// Sessions one peer may hold at once (0: no limit); a `KeepAlive` or a put that would
+    /// start one more is refused with `QUOTA_EXCEEDED`.
+    public var sessionsPerPeer: UInt32 = 1000
+    /// Prefixes one peer's `Snapshot` and `Delta` requests may keep sequenced at once (0: no
+    /// limit); beyond it they are answered without a lease (the client repairs instead).
+    public var leasesPerPeer: UInt32 = 1000
     /// Connections one peer may hold to the request and publish sockets together (0: no limit):
     /// a local user by uid, a tcp peer by address. The superuser has no such limit.
     public var connectionsPerPeer: UInt32 = 256

@@ -200,9 +200,7 @@ extension BeaconServer {
                 reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now)
                 break
             }
-            let prefixRevision = tracker.lease(delta.prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds) {
-                initialRevision(prefix: delta.prefix)
-            }
+            let prefixRevision = lease(delta.prefix, now: now)
             var events = try events(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
                                     to: store.headRevision, limit: delta.limit)
             events.prefixRevision = prefixRevision
@@ -272,6 +270,7 @@ extension BeaconServer {
                 reply.keepAlive = Beacon_V1_KeepAliveReply()
                 break
             }
+            try checkSessionLimit(id)
             let ttl = UInt64(keepAlive.ttlMs)
             let (session, timerAt) = sessions.keepAlive(id, ttl: ttl, now: now)
             if let timerAt { timers.schedule(.sessionEnd(session: id), at: timerAt) }
@@ -286,6 +285,16 @@ extension BeaconServer {
         return reply
     }
 
+    /// Sequences `prefix` for a while for the current peer (closing the subscribe/snapshot race)
+    /// and returns its last revision; over `leases_per_peer`, only the revision (counted).
+    private func lease(_ prefix: String, now: MonotonicTime) -> UInt64 {
+        let limit = access.needsPeerIdentity ? Int(access.limits.leasesPerPeer) : 0
+        let (revision, leased) = tracker.lease(prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds,
+                                               holder: current.peer, limit: limit) { initialRevision(prefix: prefix) }
+        if !leased { counters.leasesRefused += 1 }
+        return revision
+    }
+
     private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(WriteRejection) -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
         result.epoch = journal.epoch
@@ -295,9 +304,7 @@ extension BeaconServer {
         if request.revision == 0 || request.revision == head {
             // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
             result.revision = head
-            result.prefixRevision = tracker.lease(request.prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds) {
-                initialRevision(prefix: request.prefix)
-            }
+            result.prefixRevision = lease(request.prefix, now: now)
             store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }

@@ -190,6 +190,20 @@ extension BeaconServer {
         Array(current.peer.utf8) + [0] + id
     }
 
+    /// Refuses to start session `id` (already owned by the current peer) when the peer holds
+    /// `sessions_per_peer` sessions. A session started by a write still staged is not counted
+    /// yet, so a peer may go over by the writes of one commit.
+    func checkSessionLimit(_ id: [UInt8]) throws(WriteRejection) {
+        // Without rules or per-peer limits peers are not told apart: every one may end any session.
+        let limit = access.needsPeerIdentity ? Int(access.limits.sessionsPerPeer) : 0
+        guard limit > 0, !sessions.contains(id), sessions.count(ownedBy: current.peer) >= limit else { return }
+        counters.quotaExceeded += 1
+        throw WriteRejection(error: .with {
+            $0.code = .quotaExceeded
+            $0.message = "\(current.peer.isEmpty ? "this peer" : current.peer) holds \(limit) sessions (sessions_per_peer)"
+        })
+    }
+
     /// Checks a write against the peer's limits, after its rights and before its preconditions:
     /// the value size limit, the write rate, and the journal size.
     private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(WriteRejection) where Ops.Index == Int {
@@ -295,6 +309,7 @@ extension BeaconServer {
             if ttl > WireLimits.maxTTLMilliseconds {
                 throw refusal(.invalidArgument, "ttl_ms is \(ttl); the limit is \(WireLimits.maxTTLMilliseconds)")
             }
+            if !session.isEmpty { try checkSessionLimit(ownedByCurrentPeer(session)) }
             if createOnly && current != nil {
                 throw refusal(.alreadyExists, "key '\(key)' already exists (version \(version))", current: version)
             }

@@ -194,6 +194,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
             case "keys_per_peer": copy.limits.keysPerPeer = try number(UInt32.self)
             case "pending_requests": copy.limits.pendingRequests = try number(Int32.self, min: 1)
             case "subscriptions_per_peer": copy.limits.subscriptionsPerPeer = try number(UInt32.self, min: 1)
+            case "sessions_per_peer": copy.limits.sessionsPerPeer = try number(UInt32.self)
+            case "leases_per_peer": copy.limits.leasesPerPeer = try number(UInt32.self)
             case "connections_per_peer": copy.limits.connectionsPerPeer = try number(UInt32.self)
             case "max_journal_bytes": copy.limits.maxJournalBytes = try number(UInt64.self)
             case "curve_secret_key_file": copy.curveSecretKeyFile = value.isEmpty ? nil : value

@@ -16,6 +16,13 @@ struct PrefixTracker {
     }
 
     private(set) var tracked: [String: Tracked] = [:]
+    /// The byte lengths of the tracked prefixes: with many tracked, a key's prefixes are looked
+    /// up by these lengths instead of every tracked prefix being compared with the key. Worked
+    /// out again when needed after prefixes came or went.
+    private var prefixLengths: Set<Int> = []
+    private var prefixLengthsStale = false
+    /// Leases by holder (a peer): prefix → until (Unix ms), for ``leases(of:)``.
+    private var leasesByHolder: [String: [String: UInt64]] = [:]
 
     /// Whether `prefix` is sequenced.
     func isTracked(_ prefix: String) -> Bool { tracked[prefix] != nil }
@@ -27,6 +34,7 @@ struct PrefixTracker {
     mutating func subscribe(_ prefix: String, initial: () -> UInt64) {
         if tracked[prefix] == nil {
             tracked[prefix] = Tracked(lastRevision: initial(), subscribers: 1, leaseUntilMilliseconds: 0)
+            prefixLengthsStale = true
         } else {
             tracked[prefix]!.subscribers += 1
         }
@@ -37,11 +45,28 @@ struct PrefixTracker {
         guard var item = tracked[prefix] else { return }
         item.subscribers = max(item.subscribers - 1, 0)
         tracked[prefix] = item.subscribers > 0 || item.leaseUntilMilliseconds > nowMilliseconds ? item : nil
+        prefixLengthsStale = true
     }
 
     /// Forgets every subscriber (the publish socket was opened anew); leases stay.
     mutating func resetSubscriptions() {
         for prefix in Array(tracked.keys) { tracked[prefix]!.subscribers = 0 }
+    }
+
+    /// Prefixes `holder` has leases on (some may have run out since the last ``expireLeases(nowMilliseconds:)``).
+    func leases(of holder: String) -> Int { leasesByHolder[holder]?.count ?? 0 }
+
+    /// Tracks `prefix` at least until `until` for `holder`, unless the holder has `limit` other
+    /// leases (0: no limit). Returns the prefix's last revision either way, and whether it leased.
+    mutating func lease(_ prefix: String, until: UInt64, holder: String, limit: Int,
+                        initial: () -> UInt64) -> (revision: UInt64, leased: Bool) {
+        var held = leasesByHolder[holder] ?? [:]
+        if limit > 0, held[prefix] == nil, held.count >= limit {
+            return (tracked[prefix]?.lastRevision ?? initial(), false)
+        }
+        held[prefix] = max(held[prefix] ?? 0, until)
+        leasesByHolder[holder] = held
+        return (lease(prefix, until: until, initial: initial), true)
     }
 
     /// Tracks `prefix` at least until `until` and returns its last revision.
@@ -53,12 +78,18 @@ struct PrefixTracker {
         }
         let item = Tracked(lastRevision: initial(), subscribers: 0, leaseUntilMilliseconds: until)
         tracked[prefix] = item
+        prefixLengthsStale = true
         return item.lastRevision
     }
 
     /// Stops tracking prefixes with no subscriber whose lease has run out.
     mutating func expireLeases(nowMilliseconds: UInt64) {
         tracked = tracked.filter { $0.value.subscribers > 0 || $0.value.leaseUntilMilliseconds > nowMilliseconds }
+        prefixLengthsStale = true
+        leasesByHolder = leasesByHolder.compactMapValues { held in
+            let live = held.filter { $0.value > nowMilliseconds }
+            return live.isEmpty ? nil : live
+        }
     }
 
     /// Marks for one revision (both empty when nothing is tracked): per change, the marks of the tracked prefixes its key starts with,
@@ -68,12 +99,24 @@ struct PrefixTracker {
         var matches: [[String]] = []
         matches.reserveCapacity(keys.count)
         var counts: [String: UInt32] = [:]
+        let scan = tracked.count <= 16
+        if !scan && prefixLengthsStale {
+            prefixLengths = Set(tracked.keys.map(\.utf8.count))
+            prefixLengthsStale = false
+        }
         for key in keys {
             var here: [String] = []
-            for prefix in tracked.keys where key.utf8.starts(with: prefix.utf8) {
-                here.append(prefix)
-                counts[prefix, default: 0] += 1
+            if scan {
+                for prefix in tracked.keys where key.utf8.starts(with: prefix.utf8) { here.append(prefix) }
+            } else {
+                let utf8 = key.utf8
+                for length in prefixLengths where length <= utf8.count {
+                    // A length inside a character decodes to U+FFFD: checked byte for byte below.
+                    let prefix = String(decoding: utf8.prefix(length), as: UTF8.self)
+                    if tracked[prefix] != nil, utf8.starts(with: prefix.utf8) { here.append(prefix) }
+                }
             }
+            for prefix in here { counts[prefix, default: 0] += 1 }
             matches.append(here)
         }
         var marks: [String: Beacon_V1_PrefixMark] = [:]

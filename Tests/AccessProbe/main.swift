@@ -14,6 +14,9 @@
 // socket (READY), sends one upstream byte that is not a subscription when DIR/junk appears
 // (JUNK), subscribes the --subscribe topics when DIR/subscribe appears (SUBSCRIBED), then listens.
 //
+// --keepalive-flood N and --lease-flood N start N sessions (KeepAlive) or take N snapshots of
+// distinct prefixes under --prefix, and print "keepalive-flood|lease-flood <outcome>=<count> ...".
+//
 // With --hold-connections N it opens N plain connections to the request socket and holds them
 // for --listen-ms (HELD <opened>, READY), then prints how many the daemon closed (CLOSED <n>).
 import BeaconProtocol
@@ -34,6 +37,8 @@ var junkSteps: String?
 var writeID = ""
 var endSession: String?
 var holdConnections = 0
+var keepAliveFlood = 0
+var leaseFlood = 0
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -50,6 +55,8 @@ while let argument = arguments.popFirst() {
     case "--junk-steps": junkSteps = arguments.popFirst()
     case "--write-id": writeID = arguments.popFirst() ?? ""
     case "--end-session": endSession = arguments.popFirst()
+    case "--keepalive-flood": keepAliveFlood = Int(arguments.popFirst() ?? "") ?? 0
+    case "--lease-flood": leaseFlood = Int(arguments.popFirst() ?? "") ?? 0
     case "--hold-connections": holdConnections = Int(arguments.popFirst() ?? "") ?? 0
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
@@ -194,6 +201,31 @@ if let endSession {
     // KeepAlive with ttl 0: ends the session; the count is how many keys it reported.
     attempt("end-session") { () throws(WireError) in
         Int(try client.keepAlive(session: Array(endSession.utf8), ttlMilliseconds: 0, timeoutMilliseconds: timeout).keys)
+    }
+}
+
+/// Runs `body` `count` times and prints how each ended, counted by outcome.
+func flood(_ name: String, _ count: Int, _ body: (Int) throws(WireError) -> Void) {
+    var outcomes: [String: Int] = [:]
+    for index in 0..<count {
+        do {
+            try body(index)
+            outcomes["OK", default: 0] += 1
+        } catch {
+            let code = error.reply.map { snakeCase(String(describing: $0.code)) } ?? "\(error.kind)"
+            outcomes[code, default: 0] += 1
+        }
+    }
+    emit("\(name) " + outcomes.keys.sorted().map { "\($0)=\(outcomes[$0]!)" }.joined(separator: " "))
+}
+if keepAliveFlood > 0 {
+    flood("keepalive-flood", keepAliveFlood) { (index) throws(WireError) in
+        _ = try client.keepAlive(session: Array("flood-\(index)".utf8), ttlMilliseconds: 3_600_000, timeoutMilliseconds: timeout)
+    }
+}
+if leaseFlood > 0 {
+    flood("lease-flood", leaseFlood) { (index) throws(WireError) in
+        _ = try client.snapshot(prefix: "\(prefix)\(index).", timeoutMilliseconds: timeout)
     }
 }
 

@@ -26,8 +26,28 @@ struct SessionTable {
     }
 
     private(set) var sessions: [[UInt8]: Session] = [:]
+    /// Sessions per owner: a session id starts with its owner's name and a 0 byte.
+    private var owned: [[UInt8]: Int] = [:]
 
     var count: Int { sessions.count }
+
+    /// Whether `session` exists.
+    func contains(_ session: [UInt8]) -> Bool { sessions[session] != nil }
+
+    /// The sessions whose ids start with `owner` and a 0 byte.
+    func count(ownedBy owner: String) -> Int { owned[Array(owner.utf8), default: 0] }
+
+    private static func owner(of session: [UInt8]) -> [UInt8] {
+        Array(session.prefix { $0 != 0 })
+    }
+
+    private mutating func created(_ session: [UInt8]) { owned[Self.owner(of: session), default: 0] += 1 }
+
+    private mutating func removed(_ session: [UInt8]) {
+        let owner = Self.owner(of: session)
+        owned[owner, default: 1] -= 1
+        if owned[owner] == 0 { owned[owner] = nil }
+    }
 
     /// Binds `key` to `session`, creating the session (with `ttl`) if it is new.
     /// - Returns: when to set the new session's timer; `nil` for a session that has one.
@@ -38,6 +58,7 @@ struct SessionTable {
         }
         let deadline = now.adding(milliseconds: ttl)
         sessions[session] = Session(ttlMilliseconds: ttl, deadline: deadline, timerAt: deadline, keys: [key])
+        created(session)
         return deadline
     }
 
@@ -45,6 +66,7 @@ struct SessionTable {
     /// - Returns: the session, and when to set a timer for it if it needs an earlier one.
     mutating func keepAlive(_ session: [UInt8], ttl: UInt64, now: MonotonicTime) -> (session: Session, timerAt: MonotonicTime?) {
         let deadline = now.adding(milliseconds: ttl)
+        if sessions[session] == nil { created(session) }
         var entry = sessions[session] ?? Session(ttlMilliseconds: ttl, deadline: deadline, timerAt: .distantFuture)
         entry.ttlMilliseconds = ttl
         entry.deadline = deadline
@@ -59,7 +81,9 @@ struct SessionTable {
 
     /// Ends `session` now, whatever its deadline; returns its keys.
     mutating func end(_ session: [UInt8]) -> Set<String>? {
-        sessions.removeValue(forKey: session)?.keys
+        guard let entry = sessions.removeValue(forKey: session) else { return nil }
+        removed(session)
+        return entry.keys
     }
 
     /// Decides a session timer set for `timerAt` that came due at `now`.
@@ -67,6 +91,7 @@ struct SessionTable {
         guard let entry = sessions[session], entry.timerAt == timerAt else { return .stale }
         if entry.deadline <= now {
             sessions[session] = nil
+            removed(session)
             return .ended(keys: entry.keys)
         }
         sessions[session]!.timerAt = entry.deadline
