@@ -5,27 +5,39 @@ import BeaconZMQ
 import Foundation
 import Synchronization
 
-/// A well-behaved client's write latency alone, then while another peer floods the daemon with
-/// writes: once with the flooder rate-limited, once without a limit.
+/// A well-behaved client's write latency alone, then while another peer abuses the daemon:
+/// floods it with writes (once rate-limited, once not), starts sessions, takes snapshot leases
+/// on ever new prefixes, or opens connections, each until its per-peer limit holds it.
 struct FloodBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "flood",
-        abstract: "Write latency of a well-behaved client while another peer floods, with and without a write-rate limit.")
+        abstract: "Write latency of a well-behaved client while another peer floods writes, sessions, leases or connections.")
 
     @Option(help: "Latency samples per phase.") var samples = 3000
     @Option(help: "writes_per_second for the limited run.") var limit: UInt32 = 2000
 
+    /// What the other peer does while the well-behaved client writes.
+    enum Abuse: String, CaseIterable {
+        case writesLimited = "writes, limited"
+        case writes = "writes, no limit"
+        case keepAlives = "KeepAlive, new sessions"
+        case leases = "Snapshot, new prefixes"
+        case connections = "tcp connections, never handshaking"
+    }
+
     func run() throws {
         guard ZMQCurveKeyPair.isSupported else { throw ValidationError("the flooder is a CURVE peer; this libzmq has no CURVE") }
-        print("beacon-bench flood: \(samples) serial writes by a well-behaved ipc client; the flooder is another peer (a CURVE key on loopback tcp) pipelining writes")
-        for limited in [true, false] {
-            let result = try measure(limited: limited)
+        print("beacon-bench flood: \(samples) serial writes by a well-behaved ipc client; the flooder is another peer (a CURVE key on loopback tcp)")
+        for abuse in Abuse.allCases {
+            let result = try measure(abuse)
             let p50Ratio = result.loaded.p50 / result.unloaded.p50
-            print(String(format: "  %@: unloaded p50 %.0f µs p99 %.0f µs | under flood p50 %.0f µs (%.2f×) p99 %.0f µs (%.2f×) | flooder sent %@/s, committed %@/s, refused %@/s",
-                         limited ? "flooder limited to \(limit)/s" : "no limit            ",
+            print(String(format: "  %@: unloaded p50 %.0f µs p99 %.0f µs | under flood p50 %.0f µs (%.2f×) p99 %.0f µs (%.2f×) | flooder sent %@/s, accepted %@/s, refused %@/s | %@",
+                         abuse.rawValue.padding(toLength: 34, withPad: " ", startingAt: 0),
                          result.unloaded.p50, result.unloaded.p99, result.loaded.p50, p50Ratio, result.loaded.p99,
-                         result.loaded.p99 / result.unloaded.p99, format(result.floodSent), format(result.floodAccepted), format(result.floodRefused)))
-            if limited {
+                         result.loaded.p99 / result.unloaded.p99, format(result.floodSent), format(result.floodAccepted),
+                         format(result.floodRefused), result.held))
+            if abuse == .writesLimited {
+                print("  (the limit applies to every peer; a burst of \(samples * 3) lets the well-behaved client's samples through)")
                 print("  target: well-behaved p50 within 2× of unloaded while throttled: \(p50Ratio <= 2 ? "met" : "NOT met")")
             }
         }
@@ -37,9 +49,11 @@ struct FloodBench: ParsableCommand {
         var floodSent: Double
         var floodAccepted: Double
         var floodRefused: Double
+        /// What the daemon holds at the end, from its stats.
+        var held: String
     }
 
-    private func measure(limited: Bool) throws -> Result {
+    private func measure(_ abuse: Abuse) throws -> Result {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let server = try ZMQCurveKeyPair.generate()
@@ -52,7 +66,8 @@ struct FloodBench: ParsableCommand {
             curve_secret_key_file = \(directory)/server.key
             allow = uid:\(getuid()) read=* write=*
             allow = key:\(flooderKeys.publicKey) read=flood. write=flood.
-            writes_per_second = \(limited ? limit : 0)
+            writes_per_second = \(abuse == .writesLimited ? limit : 0)
+            write_burst = \(abuse == .writesLimited ? samples * 3 : 0)
             """.write(toFile: directory + "/flood.conf", atomically: true, encoding: .utf8)
         let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 4096,
                                          extraArguments: ["--config", directory + "/flood.conf"])
@@ -67,9 +82,31 @@ struct FloodBench: ParsableCommand {
             guard let wire = try? WireClient(requestEndpoint: endpoint, publishEndpoint: endpoint,
                                              curve: CurveCredentials(serverKey: server.publicKey, keys: flooderKeys)) else { return }
             var sent = 0, accepted = 0, refused = 0, index = 0
+            if abuse == .connections {
+                // Raw connections to the CURVE port, each held until 1,100 are open, then renewed.
+                var held: [Int32] = []
+                while !stop.load(ordering: .relaxed) {
+                    if held.count >= 1100 { close(held.removeFirst()) }
+                    let fd = openTCP(port: UInt16(port))
+                    sent += 1
+                    if fd >= 0 { held.append(fd); accepted += 1 } else { refused += 1 }
+                }
+                for fd in held { close(fd) }
+                counts.withLock { $0 = (sent, accepted, refused) }
+                return
+            }
             while !stop.load(ordering: .relaxed) {
                 while sent - accepted - refused < 1000 {
-                    guard (try? wire.send(.put(.with { $0.key = "flood.k\(index % 1000)"; $0.value.intValue = Int64(index) }))) != nil else { break }
+                    let op: Beacon_V1_Request.OneOf_Op
+                    switch abuse {
+                    case .writes, .writesLimited, .connections:
+                        op = .put(.with { $0.key = "flood.k\(index % 1000)"; $0.value.intValue = Int64(index) })
+                    case .keepAlives:
+                        op = .keepAlive(.with { $0.session = Data("flood-\(index)".utf8); $0.ttlMs = 3_600_000 })
+                    case .leases:
+                        op = .snapshot(.with { $0.prefix = "flood.p\(index)."; $0.limit = 1 })
+                    }
+                    guard (try? wire.send(op)) != nil else { break }
                     sent += 1
                     index += 1
                 }
@@ -89,8 +126,12 @@ struct FloodBench: ParsableCommand {
         usleep(100_000)
         let flood = counts.withLock { $0 }
         let total = seconds + 0.5
+        let stats = try client.stats()
+        let held = "daemon holds \(stats.sessions) sessions, \(stats.trackedPrefixes) followed prefixes, "
+            + "\(stats.requestConnections) request connections (\(stats.connectionsShed) shed), "
+            + "\(stats.quotaExceeded + stats.leasesRefused) refused by a limit"
         return Result(unloaded: unloaded, loaded: loaded, floodSent: Double(flood.sent) / total,
-                      floodAccepted: Double(flood.accepted) / total, floodRefused: Double(flood.refused) / total)
+                      floodAccepted: Double(flood.accepted) / total, floodRefused: Double(flood.refused) / total, held: held)
     }
 
     /// p50 and p99 of serial write round trips, in µs.
@@ -104,4 +145,22 @@ struct FloodBench: ParsableCommand {
         values.sort()
         return (percentile(values, 0.5), percentile(values, 0.99))
     }
+}
+
+/// A plain tcp connection to a loopback port; -1 when none could be made.
+private func openTCP(port: UInt16) -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return -1 }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    if connected != 0 {
+        close(fd)
+        return -1
+    }
+    return fd
 }
