@@ -162,10 +162,10 @@ extension BeaconServer {
             if let problem = KeyPath.problem(key: get.key) { throw failure(.invalidKey, problem.description, key: get.key) }
             try checkRead(key: get.key)
             guard let entry = store.live(get.key) else { throw failure(.notFound, "key '\(get.key)' does not exist", key: get.key) }
-            reply.get = .with {
-                $0.kv = Self.keyValue(get.key, entry)
-                $0.revision = store.headRevision
-            }
+            var result = Beacon_V1_GetReply()
+            result.kv = try keyValue(get.key, entry)
+            result.revision = store.headRevision
+            reply.get = result
 
         case .list(let list):
             try checkPrefix(list.prefix)
@@ -173,14 +173,29 @@ extension BeaconServer {
             var result = Beacon_V1_ListReply()
             result.revision = store.headRevision
             let limit = list.limit == 0 ? Int.max : Int(list.limit)
+            var failed: WriteRejection?
             store.forEach(prefix: list.prefix, after: list.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
-                var kv = Self.keyValue(key, entry)
-                if list.keysOnly { kv.clearValue() }
-                result.kvs.append(kv)
+                if list.keysOnly {
+                    var kv = Beacon_V1_KeyValue()
+                    kv.key = key
+                    kv.version = entry.version
+                    kv.createRevision = entry.createRevision
+                    kv.modRevision = entry.modRevision
+                    kv.expiresAtMs = entry.expiresAtMilliseconds
+                    result.kvs.append(kv)
+                    return true
+                }
+                do throws(WriteRejection) {
+                    result.kvs.append(try keyValue(key, entry))
+                } catch {
+                    failed = error
+                    return false
+                }
                 return true
             }
+            if let failed { throw failed }
             reply.list = result
 
         case .snapshot(let request):
@@ -305,36 +320,45 @@ extension BeaconServer {
             // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
             result.revision = head
             result.prefixRevision = lease(request.prefix, now: now)
+            var failed: WriteRejection?
             store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
-                result.kvs.append(Self.keyValue(key, entry))
+                do throws(WriteRejection) {
+                    result.kvs.append(try keyValue(key, entry))
+                } catch {
+                    failed = error
+                    return false
+                }
                 return true
             }
+            if let failed { throw failed }
             return result
         }
         if request.revision > head { throw failure(.futureRevision, "revision \(request.revision) is above head \(head)") }
         if request.revision < journal.compactedRevision { throw compactedFailure(request.revision) }
+        var entries: [JournalEntry]
         do {
             let fetchLimit = limit == Int.max ? 0 : limit + 1
-            var entries = try journal.snapshot(prefix: request.prefix, at: request.revision,
-                                               startAfter: request.startAfter, limit: fetchLimit)
-            if entries.count > limit {
-                entries.removeLast(entries.count - limit)
-                result.more = true
-            }
-            result.revision = request.revision
+            entries = try journal.snapshot(prefix: request.prefix, at: request.revision,
+                                           startAfter: request.startAfter, limit: fetchLimit)
             result.prefixRevision = max(try journal.lastRevision(prefix: request.prefix, atOrBelow: request.revision),
                                         journal.compactedRevision)
-            result.kvs = entries.map { entry in
-                Self.keyValue(entry.key, .init(value: entry.value, version: entry.version, createRevision: entry.createRevision,
-                                               modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds,
-                                               isDeleted: false))
-            }
-            return result
         } catch {
             throw journalFailure(error)
         }
+        if entries.count > limit {
+            entries.removeLast(entries.count - limit)
+            result.more = true
+        }
+        result.revision = request.revision
+        result.kvs.reserveCapacity(entries.count)
+        for entry in entries {
+            result.kvs.append(try keyValue(entry.key, .init(
+                value: entry.value, version: entry.version, createRevision: entry.createRevision,
+                modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds, isDeleted: false)))
+        }
+        return result
     }
 
     /// Whether the changes under `prefix` after `since` outnumber its keys, so that a snapshot is
@@ -351,27 +375,42 @@ extension BeaconServer {
         var result = Beacon_V1_EventsReply()
         result.epoch = journal.epoch
         result.compactedRevision = journal.compactedRevision
+        let page: (changes: [JournalChange], more: Bool)
         do {
-            let page = try journal.changes(prefix: prefix, exact: exact, from: from, to: to,
-                                           limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
-            result.events = page.changes.map { Self.event($0) }
-            result.more = page.more
-            result.revision = page.more ? (page.changes.last?.revision ?? to) : to
+            page = try journal.changes(prefix: prefix, exact: exact, from: from, to: to,
+                                       limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
         } catch {
             throw journalFailure(error)
         }
+        result.events.reserveCapacity(page.changes.count)
+        for change in page.changes { result.events.append(try event(change)) }
+        result.more = page.more
+        result.revision = page.more ? (page.changes.last?.revision ?? to) : to
         return result
     }
 
-    static func keyValue(_ key: String, _ entry: SignalStore.Entry) -> Beacon_V1_KeyValue {
-        var kv = Beacon_V1_KeyValue()
-        kv.key = key
-        kv.value = (try? Beacon_V1_Value(serializedBytes: entry.value)) ?? Beacon_V1_Value()
-        kv.version = entry.version
-        kv.createRevision = entry.createRevision
-        kv.modRevision = entry.modRevision
-        kv.expiresAtMs = entry.expiresAtMilliseconds
-        return kv
+    /// A stored entry as a wire key-value; a value that does not decode is an `INTERNAL` error, logged.
+    func keyValue(_ key: String, _ entry: SignalStore.Entry) throws(WriteRejection) -> Beacon_V1_KeyValue {
+        do {
+            return try StoredValueCodec.keyValue(key, entry)
+        } catch {
+            throw undecodable(error)
+        }
+    }
+
+    /// A journaled change as a wire event; a value that does not decode is an `INTERNAL` error, logged.
+    func event(_ change: JournalChange) throws(WriteRejection) -> Beacon_V1_Event {
+        do {
+            return try StoredValueCodec.event(change)
+        } catch {
+            throw undecodable(error)
+        }
+    }
+
+    private func undecodable(_ error: UndecodableValue) -> WriteRejection {
+        logger.error("a stored value does not decode; the journal may be damaged", metadata: [
+            "key": "\(error.key)", "revision": "\(error.revision)", "error": "\(error.reason)"])
+        return failure(.internal, error.description, key: error.key)
     }
 
     // MARK: Replies

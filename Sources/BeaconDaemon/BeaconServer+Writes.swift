@@ -461,7 +461,7 @@ extension BeaconServer {
             do {
                 _ = try WireEncoder.diff(
                     epoch: epoch, revision: changes[index].revision, part: changes[index].part, parts: changes[index].parts,
-                    kind: Self.wireKind(changes[index].kind), key: key, encodedValue: changes[index].value,
+                    kind: StoredValueCodec.kind(changes[index].kind), key: key, encodedValue: changes[index].value,
                     version: changes[index].version, createRevision: changes[index].createRevision,
                     expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
                     timestampMilliseconds: changes[index].timestampMilliseconds,
@@ -509,37 +509,6 @@ extension BeaconServer {
             Result { () throws(ZMQError) in try publisher.send(copying: utf8, flags: [.sendMore, .dontWait]) }
         }.get()
         return try publisher.send(count: count, flags: .dontWait, fill: fill)
-    }
-
-    static func wireKind(_ kind: ChangeKind) -> Beacon_V1_Change.Kind {
-        switch kind {
-        case .put: .put
-        case .delete: .delete
-        case .expire: .expire
-        }
-    }
-
-    /// A journaled change as a wire event.
-    static func event(_ change: JournalChange) -> Beacon_V1_Event {
-        var event = Beacon_V1_Event()
-        event.revision = change.revision
-        event.part = change.part
-        event.parts = change.parts
-        event.timestampMs = change.timestampMilliseconds
-        event.change.key = change.key
-        event.change.version = change.version
-        event.change.createRevision = change.createRevision
-        event.change.expiresAtMs = change.expiresAtMilliseconds
-        switch change.kind {
-        case .put:
-            event.change.kind = .put
-            event.change.value = (try? Beacon_V1_Value(serializedBytes: change.value)) ?? Beacon_V1_Value()
-        case .delete:
-            event.change.kind = .delete
-        case .expire:
-            event.change.kind = .expire
-        }
-        return event
     }
 
     func publishHeartbeat() {

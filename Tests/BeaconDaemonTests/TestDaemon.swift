@@ -18,8 +18,9 @@ final class TestDaemon {
     let directory: String
     var configuration: DaemonConfiguration { server.configuration }
 
-    init(_ configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
-        directory = try temporaryDirectory()
+    /// A daemon on new temporary directories, or on those of an earlier one (`reopening`).
+    init(reopening existing: String? = nil, _ configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+        directory = try existing ?? temporaryDirectory()
         var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
         configuration.heartbeatIntervalMilliseconds = 100
         configure(&configuration)

@@ -1,0 +1,59 @@
+import BeaconJournal
+import BeaconProtocol
+
+/// Stored value bytes that do not decode as a `Value`: the journal was damaged or written by
+/// something else. Answered as an `INTERNAL` error and logged, never sent as an empty value.
+struct UndecodableValue: Error, CustomStringConvertible {
+    var key: String
+    var revision: UInt64
+    var reason: String
+
+    var description: String { "the stored value of '\(key)' (revision \(revision)) does not decode: \(reason)" }
+}
+
+/// What the daemon keeps (store entries, journaled changes) as wire messages. The journal and the
+/// store hold values as the encoded bytes a client sent; they are decoded again here only.
+enum StoredValueCodec {
+    static func keyValue(_ key: String, _ entry: SignalStore.Entry) throws(UndecodableValue) -> Beacon_V1_KeyValue {
+        var kv = Beacon_V1_KeyValue()
+        kv.key = key
+        kv.value = try value(entry.value, key: key, revision: entry.modRevision)
+        kv.version = entry.version
+        kv.createRevision = entry.createRevision
+        kv.modRevision = entry.modRevision
+        kv.expiresAtMs = entry.expiresAtMilliseconds
+        return kv
+    }
+
+    /// A journaled change as a wire event.
+    static func event(_ change: JournalChange) throws(UndecodableValue) -> Beacon_V1_Event {
+        var event = Beacon_V1_Event()
+        event.revision = change.revision
+        event.part = change.part
+        event.parts = change.parts
+        event.timestampMs = change.timestampMilliseconds
+        event.change.key = change.key
+        event.change.version = change.version
+        event.change.createRevision = change.createRevision
+        event.change.expiresAtMs = change.expiresAtMilliseconds
+        event.change.kind = kind(change.kind)
+        if change.kind == .put { event.change.value = try value(change.value, key: change.key, revision: change.revision) }
+        return event
+    }
+
+    static func kind(_ kind: ChangeKind) -> Beacon_V1_Change.Kind {
+        switch kind {
+        case .put: .put
+        case .delete: .delete
+        case .expire: .expire
+        }
+    }
+
+    private static func value(_ bytes: [UInt8], key: String, revision: UInt64) throws(UndecodableValue) -> Beacon_V1_Value {
+        do {
+            return try Beacon_V1_Value(serializedBytes: bytes)
+        } catch {
+            throw UndecodableValue(key: key, revision: revision, reason: "\(error)")
+        }
+    }
+}
