@@ -28,54 +28,57 @@ public enum WireEncoder {
     ) throws(Failure) -> Output {
         let kindNumber = UInt64(kind.rawValue)
         let keyCount = key.utf8.count
-        var change = ProtoSize.field(1, kindNumber) + ProtoSize.field(2, byteCount: keyCount)
-        if kind == .put { change += ProtoSize.message(3, length: encodedValue.count) }
-        change += ProtoSize.field(4, version) + ProtoSize.field(5, createRevision) + ProtoSize.field(6, expiresAtMilliseconds)
-        let event = ProtoSize.field(1, revision) + ProtoSize.field(2, UInt64(part)) + ProtoSize.field(3, UInt64(parts))
-            + ProtoSize.message(4, length: change) + ProtoSize.field(5, timestampMilliseconds)
-        var total = ProtoSize.field(1, epoch) + ProtoSize.message(2, length: event)
-        for index in marks.indices { total += ProtoSize.message(3, length: markSize(marks[index])) }
+        var change = ProtoSize.field(WireField.Change.kind, kindNumber) + ProtoSize.field(WireField.Change.key, byteCount: keyCount)
+        if kind == .put { change += ProtoSize.message(WireField.Change.value, length: encodedValue.count) }
+        change += ProtoSize.field(WireField.Change.version, version) + ProtoSize.field(WireField.Change.createRevision, createRevision)
+            + ProtoSize.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+        let event = ProtoSize.field(WireField.Event.revision, revision) + ProtoSize.field(WireField.Event.part, UInt64(part))
+            + ProtoSize.field(WireField.Event.parts, UInt64(parts)) + ProtoSize.message(WireField.Event.change, length: change)
+            + ProtoSize.field(WireField.Event.timestampMs, timestampMilliseconds)
+        var total = ProtoSize.field(WireField.Diff.epoch, epoch) + ProtoSize.message(WireField.Diff.event, length: event)
+        for index in marks.indices { total += ProtoSize.message(WireField.Diff.marks, length: markSize(marks[index])) }
         return try output(total) { buffer in
             ProtoWriter.write(into: buffer, count: total) { out in
-                out.field(1, epoch)
-                out.header(2, length: event)
-                out.field(1, revision)
-                out.field(2, UInt64(part))
-                out.field(3, UInt64(parts))
-                out.header(4, length: change)
-                out.field(1, kindNumber)
-                out.field(2, string: key)
+                out.field(WireField.Diff.epoch, epoch)
+                out.header(WireField.Diff.event, length: event)
+                out.field(WireField.Event.revision, revision)
+                out.field(WireField.Event.part, UInt64(part))
+                out.field(WireField.Event.parts, UInt64(parts))
+                out.header(WireField.Event.change, length: change)
+                out.field(WireField.Change.kind, kindNumber)
+                out.field(WireField.Change.key, string: key)
                 if kind == .put {
-                    out.header(3, length: encodedValue.count)
+                    out.header(WireField.Change.value, length: encodedValue.count)
                     encodedValue.withUnsafeBytes { out.raw($0) }
                 }
-                out.field(4, version)
-                out.field(5, createRevision)
-                out.field(6, expiresAtMilliseconds)
-                out.field(5, timestampMilliseconds)
+                out.field(WireField.Change.version, version)
+                out.field(WireField.Change.createRevision, createRevision)
+                out.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+                out.field(WireField.Event.timestampMs, timestampMilliseconds)
                 for index in marks.indices {
-                    out.header(3, length: markSize(marks[index]))
-                    out.field(1, string: marks[index].prefix)
-                    out.field(2, marks[index].previousRevision)
-                    out.field(3, UInt64(marks[index].parts))
+                    out.header(WireField.Diff.marks, length: markSize(marks[index]))
+                    out.field(WireField.PrefixMark.prefix, string: marks[index].prefix)
+                    out.field(WireField.PrefixMark.previousRevision, marks[index].previousRevision)
+                    out.field(WireField.PrefixMark.parts, UInt64(marks[index].parts))
                 }
             }
         }
     }
 
     private static func markSize(_ mark: Beacon_V1_PrefixMark) -> Int {
-        ProtoSize.field(1, byteCount: mark.prefix.utf8.count) + ProtoSize.field(2, mark.previousRevision)
-            + ProtoSize.field(3, UInt64(mark.parts))
+        ProtoSize.field(WireField.PrefixMark.prefix, byteCount: mark.prefix.utf8.count)
+            + ProtoSize.field(WireField.PrefixMark.previousRevision, mark.previousRevision)
+            + ProtoSize.field(WireField.PrefixMark.parts, UInt64(mark.parts))
     }
 
     /// Encodes a `beacon.v1.Request` carrying a plain `Put` of an already encoded value.
     public static func putRequest(id: UInt64, key: String, encodedValue: [UInt8]) -> [UInt8] {
-        let put = ProtoSize.field(1, byteCount: key.utf8.count) + ProtoSize.message(2, length: encodedValue.count)
-        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(13, length: put)) { out in
-            out.field(1, id)
-            out.header(13, length: put)
-            out.field(1, string: key)
-            out.header(2, length: encodedValue.count)
+        let put = ProtoSize.field(WireField.Put.key, byteCount: key.utf8.count) + ProtoSize.message(WireField.Put.value, length: encodedValue.count)
+        return ProtoWriter.encode(count: ProtoSize.field(WireField.Request.id, id) + ProtoSize.message(WireField.Request.put, length: put)) { out in
+            out.field(WireField.Request.id, id)
+            out.header(WireField.Request.put, length: put)
+            out.field(WireField.Put.key, string: key)
+            out.header(WireField.Put.value, length: encodedValue.count)
             encodedValue.withUnsafeBytes { out.raw($0) }
         }
     }
@@ -106,21 +109,21 @@ public enum WireEncoder {
         for index in items.indices {
             switch items[index] {
             case .encoded(let reply):
-                body += ProtoSize.message(1, length: reply.count)
+                body += ProtoSize.message(WireField.BatchReply.replies, length: reply.count)
             case .oneKeyWrite(let id, let revision, let version):
-                body += ProtoSize.message(1, length: oneKeyWriteReplySize(id: id, revision: revision, version: version))
+                body += ProtoSize.message(WireField.BatchReply.replies, length: oneKeyWriteReplySize(id: id, revision: revision, version: version))
             }
         }
-        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(22, length: body)) { out in
-            out.field(1, id)
-            out.header(22, length: body)
+        return ProtoWriter.encode(count: ProtoSize.field(WireField.Reply.id, id) + ProtoSize.message(WireField.Reply.batch, length: body)) { out in
+            out.field(WireField.Reply.id, id)
+            out.header(WireField.Reply.batch, length: body)
             for index in items.indices {
                 switch items[index] {
                 case .encoded(let reply):
-                    out.header(1, length: reply.count)
+                    out.header(WireField.BatchReply.replies, length: reply.count)
                     reply.withUnsafeBytes { out.raw($0) }
                 case .oneKeyWrite(let id, let revision, let version):
-                    out.header(1, length: oneKeyWriteReplySize(id: id, revision: revision, version: version))
+                    out.header(WireField.BatchReply.replies, length: oneKeyWriteReplySize(id: id, revision: revision, version: version))
                     writeReply(id: id, revision: revision, packedLength: ProtoSize.varint(version), replayed: false, into: &out) {
                         $0.varint(version)
                     }
@@ -132,19 +135,18 @@ public enum WireEncoder {
     @inline(__always)
     private static func oneKeyWriteReplySize(id: UInt64, revision: UInt64, version: UInt64) -> Int {
         let write = writeReplyBodySize(revision: revision, packedLength: ProtoSize.varint(version), replayed: false)
-        return ProtoSize.field(1, id) + ProtoSize.message(14, length: write)
+        return ProtoSize.field(WireField.Reply.id, id) + ProtoSize.message(WireField.Reply.write, length: write)
     }
 
-    /// A message with `id` (field 1) and field 22 (`Batch` in a request, `BatchReply` in a reply)
-    /// holding `items` as its repeated field 1.
+    /// A `Request` with `id` and a `Batch` holding `items`, encoded requests.
     private static func batch(id: UInt64, _ items: [[UInt8]]) -> [UInt8] {
         var body = 0
-        for index in items.indices { body += ProtoSize.message(1, length: items[index].count) }
-        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(22, length: body)) { out in
-            out.field(1, id)
-            out.header(22, length: body)
+        for index in items.indices { body += ProtoSize.message(WireField.Batch.requests, length: items[index].count) }
+        return ProtoWriter.encode(count: ProtoSize.field(WireField.Request.id, id) + ProtoSize.message(WireField.Request.batch, length: body)) { out in
+            out.field(WireField.Request.id, id)
+            out.header(WireField.Request.batch, length: body)
             for index in items.indices {
-                out.header(1, length: items[index].count)
+                out.header(WireField.Batch.requests, length: items[index].count)
                 items[index].withUnsafeBytes { out.raw($0) }
             }
         }
@@ -168,7 +170,7 @@ public enum WireEncoder {
     private static func writeReply(id: UInt64, revision: UInt64, packedLength: Int, replayed: Bool,
                                    versions: (inout ProtoWriter) -> Void) -> [UInt8] {
         let write = writeReplyBodySize(revision: revision, packedLength: packedLength, replayed: replayed)
-        return ProtoWriter.encode(count: ProtoSize.field(1, id) + ProtoSize.message(14, length: write)) { out in
+        return ProtoWriter.encode(count: ProtoSize.field(WireField.Reply.id, id) + ProtoSize.message(WireField.Reply.write, length: write)) { out in
             writeReply(id: id, revision: revision, packedLength: packedLength, replayed: replayed, into: &out, versions: versions)
         }
     }
@@ -177,22 +179,23 @@ public enum WireEncoder {
     @inline(__always)
     private static func writeReplyBodySize(revision: UInt64, packedLength: Int, replayed: Bool) -> Int {
         // Packed versions: the varints behind one length (omitted when there are none).
-        ProtoSize.field(1, revision) + (packedLength > 0 ? ProtoSize.message(2, length: packedLength) : 0)
-            + ProtoSize.field(3, replayed ? 1 : 0)
+        ProtoSize.field(WireField.WriteReply.revision, revision)
+            + (packedLength > 0 ? ProtoSize.message(WireField.WriteReply.versions, length: packedLength) : 0)
+            + ProtoSize.field(WireField.WriteReply.replayed, replayed ? 1 : 0)
     }
 
     /// Writes a `beacon.v1.Reply` carrying a `WriteReply`.
     @inline(__always)
     private static func writeReply(id: UInt64, revision: UInt64, packedLength: Int, replayed: Bool,
                                    into out: inout ProtoWriter, versions: (inout ProtoWriter) -> Void) {
-        out.field(1, id)
-        out.header(14, length: writeReplyBodySize(revision: revision, packedLength: packedLength, replayed: replayed))
-        out.field(1, revision)
+        out.field(WireField.Reply.id, id)
+        out.header(WireField.Reply.write, length: writeReplyBodySize(revision: revision, packedLength: packedLength, replayed: replayed))
+        out.field(WireField.WriteReply.revision, revision)
         if packedLength > 0 {
-            out.header(2, length: packedLength)
+            out.header(WireField.WriteReply.versions, length: packedLength)
             versions(&out)
         }
-        out.field(3, replayed ? 1 : 0)
+        out.field(WireField.WriteReply.replayed, replayed ? 1 : 0)
     }
 }
 
