@@ -38,7 +38,7 @@ struct CompactionRun {
 
     init(target: UInt64) {
         self.target = target
-        self.end = Journal.position(after: target)
+        self.end = LogPosition.after(target).rowID
     }
 }
 

@@ -195,7 +195,7 @@ public final class Journal {
         ALTER TABLE changes ADD COLUMN session BLOB NOT NULL DEFAULT x'';
         ALTER TABLE state ADD COLUMN session BLOB NOT NULL DEFAULT x'';
         """,
-        // 4: the log keyed by rowid `position` (revision * 2048 + part): an append to a rowid
+        // 4: the log keyed by rowid `position` (``LogPosition``): an append to a rowid
         // table costs about a fifth fewer instructions than to the (revision, part) index.
         """
         CREATE TABLE change_log (
@@ -204,7 +204,7 @@ public final class Journal {
             create_revision INTEGER NOT NULL, expires_at INTEGER NOT NULL, timestamp INTEGER NOT NULL,
             write_id BLOB, session BLOB NOT NULL DEFAULT x'');
         INSERT INTO change_log
-            SELECT revision * 2048 + part, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id, session
+            SELECT \(LogPosition.positionSQL(revision: "revision", part: "part")), parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id, session
             FROM changes ORDER BY revision, part;
         DROP TABLE changes;
         """,
@@ -215,7 +215,7 @@ public final class Journal {
         // The latest change of every key changed at or after position ?1.
         upsertState = try database.prepare("""
             INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session)
-            SELECT key, value, version, create_revision, position >> 11, expires_at, kind != 0, session FROM (
+            SELECT key, value, version, create_revision, \(LogPosition.revisionSQL()), expires_at, kind != 0, session FROM (
               SELECT key, value, version, create_revision, position, expires_at, kind, session, max(position)
               FROM change_log WHERE position >= ?1 GROUP BY key)
             WHERE true
@@ -241,7 +241,7 @@ public final class Journal {
         epoch = UInt64(bitPattern: try database.scalarInt("SELECT value FROM meta WHERE name = 'epoch'") ?? 0)
         compactedRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'compacted_revision'") ?? 0)
         stateRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'state_revision'") ?? 0)
-        let lastChange = UInt64(try database.scalarInt("SELECT max(position) >> 11 FROM change_log") ?? 0)
+        let lastChange = UInt64(try database.scalarInt("SELECT \(LogPosition.revisionSQL("max(position)")) FROM change_log") ?? 0)
         headRevision = max(lastChange, compactedRevision)
         unsavedChanges = headRevision > stateRevision ? nil : []
         // A compaction interrupted by a crash or a stop is resumed (its target was announced).
@@ -320,7 +320,7 @@ public final class Journal {
                         }
                     }
                 } else {
-                    upsertState.bind(1, Journal.position(after: stateRevision))
+                    upsertState.bind(1, LogPosition.after(stateRevision).rowID)
                     try upsertState.run()
                 }
                 saveStateRevision.bind(1, headRevision)
@@ -360,21 +360,8 @@ public final class Journal {
         }
     }
 
-    /// Parts per revision the log can hold: a change's row is at position `revision * 2048 + part`.
-    public static let maxPartsPerRevision: UInt32 = 2048
-
-    /// The highest revision whose position fits a 64-bit rowid (revisions are clamped to it).
-    static let maxRevision = UInt64(Int64.max) >> 11 - 1
-
-    /// The change log position of `part` of `revision`.
-    static func position(_ revision: UInt64, part: UInt32 = 0) -> Int64 {
-        Int64(min(revision, maxRevision)) << 11 | Int64(part)
-    }
-
-    /// The first position after every part of `revision`.
-    static func position(after revision: UInt64) -> Int64 {
-        Int64(min(revision, maxRevision) + 1) << 11
-    }
+    /// Parts per revision the log can hold (``LogPosition``).
+    public static let maxPartsPerRevision: UInt32 = LogPosition.partsPerRevision
 
     // MARK: Reading
 
@@ -429,8 +416,8 @@ public final class Journal {
                 FROM change_log WHERE position >= ?1 AND position < ?2 AND \(filter)
                 ORDER BY position LIMIT ?5
                 """)
-            statement.bind(1, Journal.position(from))
-            statement.bind(2, Journal.position(after: to))
+            statement.bind(1, LogPosition(revision: from).rowID)
+            statement.bind(2, LogPosition.after(to).rowID)
             statement.bind(3, prefix)
             if let upper = Journal.upperBound(prefix) { statement.bind(4, upper) }
             statement.bind(5, Int64(max(limit, 1)))
@@ -443,8 +430,8 @@ public final class Journal {
                     SELECT position, parts, kind, key, value, version, create_revision, expires_at, timestamp, write_id
                     FROM change_log WHERE position > ?1 AND position < ?2 AND \(filter) ORDER BY position
                     """)
-                rest.bind(1, Journal.position(last.revision, part: last.part))
-                rest.bind(2, Journal.position(after: last.revision))
+                rest.bind(1, LogPosition(revision: last.revision, part: last.part).rowID)
+                rest.bind(2, LogPosition.after(last.revision).rowID)
                 rest.bind(3, prefix)
                 if let upper = Journal.upperBound(prefix) { rest.bind(4, upper) }
                 rows += try Journal.readChanges(rest)
@@ -459,9 +446,9 @@ public final class Journal {
     private static func readChanges(_ statement: SQLiteStatement) throws(SQLiteError) -> [JournalChange] {
         var rows: [JournalChange] = []
         while try statement.step() {
-            let position = statement.uint(0)
+            let position = LogPosition(rowID: statement.int(0))
             rows.append(JournalChange(
-                revision: position >> 11, part: UInt32(position & 2047), parts: UInt32(statement.int(1)),
+                revision: position.revision, part: position.part, parts: UInt32(statement.int(1)),
                 kind: ChangeKind(rawValue: statement.int(2)) ?? .put, key: statement.text(3),
                 value: statement.blob(4) ?? [], version: statement.uint(5), createRevision: statement.uint(6),
                 expiresAtMilliseconds: statement.uint(7), timestampMilliseconds: statement.uint(8),
@@ -478,7 +465,7 @@ public final class Journal {
             // The latest change of each key at or below the revision; SQLite takes the bare
             // columns from the row that holds the max().
             let statement = try database.prepare("""
-                SELECT key, value, version, create_revision, position >> 11, expires_at, kind, max(position)
+                SELECT key, value, version, create_revision, \(LogPosition.revisionSQL()), expires_at, kind, max(position)
                 FROM change_log WHERE key >= ?1 AND key < ?2 AND position < ?4
                 GROUP BY key HAVING kind = 0 AND key > ?3
                 ORDER BY key LIMIT ?5
@@ -486,7 +473,7 @@ public final class Journal {
             statement.bind(1, prefix)
             statement.bind(2, upper)
             statement.bind(3, startAfter)
-            statement.bind(4, Journal.position(after: revision))
+            statement.bind(4, LogPosition.after(revision).rowID)
             statement.bind(5, Int64(limit > 0 ? limit : -1))
             var entries: [JournalEntry] = []
             while try statement.step() {
@@ -507,10 +494,10 @@ public final class Journal {
         do {
             let upper = Journal.upperBound(prefix) ?? "\u{7F}"
             let statement = try database.prepare(
-                "SELECT max(position) >> 11 FROM change_log WHERE key >= ?1 AND key < ?2 AND position < ?3")
+                "SELECT \(LogPosition.revisionSQL("max(position)")) FROM change_log WHERE key >= ?1 AND key < ?2 AND position < ?3")
             statement.bind(1, prefix)
             statement.bind(2, upper)
-            statement.bind(3, Journal.position(after: revision))
+            statement.bind(3, LogPosition.after(revision).rowID)
             guard try statement.step(), !statement.isNull(0) else { return 0 }
             return statement.uint(0)
         } catch {
@@ -522,8 +509,8 @@ public final class Journal {
     public func recentWriteIDs(revisions: UInt64) throws(JournalError) -> [(writeID: [UInt8], revision: UInt64)] {
         do {
             let statement = try database.prepare(
-                "SELECT write_id, position >> 11 FROM change_log WHERE position >= ?1 AND position & 2047 = 0 AND write_id IS NOT NULL ORDER BY position")
-            statement.bind(1, Journal.position(after: headRevision > revisions ? headRevision - revisions : 0))
+                "SELECT write_id, \(LogPosition.revisionSQL()) FROM change_log WHERE position >= ?1 AND \(LogPosition.isFirstPartSQL()) AND write_id IS NOT NULL ORDER BY position")
+            statement.bind(1, LogPosition.after(headRevision > revisions ? headRevision - revisions : 0).rowID)
             var result: [(writeID: [UInt8], revision: UInt64)] = []
             while try statement.step() {
                 result.append((statement.blob(0) ?? [], statement.uint(1)))
@@ -538,7 +525,7 @@ public final class Journal {
     public func lastRevision(before milliseconds: UInt64) throws(JournalError) -> UInt64 {
         do {
             let statement = try database.prepare(
-                "SELECT position >> 11 FROM change_log WHERE timestamp < ?1 ORDER BY position DESC LIMIT 1")
+                "SELECT \(LogPosition.revisionSQL()) FROM change_log WHERE timestamp < ?1 ORDER BY position DESC LIMIT 1")
             statement.bind(1, milliseconds)
             guard try statement.step() else { return 0 }
             return statement.uint(0)

@@ -117,8 +117,7 @@ final class ChangeLogWriter {
     @inline(__always)
     private func bind(_ chunks: [[JournalChange]], _ chunk: Int, _ index: Int, to target: CachedStatement,
                       firstParameter first: Int32, used: inout Int) {
-        precondition(chunks[chunk][index].part < Journal.maxPartsPerRevision, "a revision has at most \(Journal.maxPartsPerRevision) parts")
-        target.bind(first, Journal.position(chunks[chunk][index].revision, part: chunks[chunk][index].part))
+        target.bind(first, LogPosition(revision: chunks[chunk][index].revision, part: chunks[chunk][index].part).rowID)
         target.bind(first + 1, Int64(chunks[chunk][index].parts))
         target.bind(first + 2, chunks[chunk][index].kind.rawValue)
         let keyStart = buffer + used
