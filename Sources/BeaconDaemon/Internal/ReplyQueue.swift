@@ -9,7 +9,7 @@ enum PendingReply {
     case write(id: UInt64, revision: UInt64, versions: [UInt64])
     /// Any other answer. `dependsOnStaged`: a refusal decided against the current state, writes
     /// not yet durable included (a version conflict, say), which must not outlive their rollback.
-    case answer(Beacon_V1_Reply, dependsOnStaged: Bool)
+    indirect case answer(Beacon_V1_Reply, dependsOnStaged: Bool)
     /// A place held for an answer that comes later (a compaction's): the connection's later
     /// replies wait behind it.
     case held(HoldTicket)
