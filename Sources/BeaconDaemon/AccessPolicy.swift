@@ -24,7 +24,7 @@ public struct PrefixSet: Sendable, Hashable, CustomStringConvertible {
     /// Whether the set holds no key.
     public var isEmpty: Bool { prefixes.isEmpty }
     /// Whether the set holds every key.
-    public var isEverything: Bool { prefixes == [""] }
+    public var isEverything: Bool { prefixes.count == 1 && prefixes[0].isEmpty }
 
     /// Whether `key` is in the set.
     public func contains(key: String) -> Bool {

@@ -38,7 +38,7 @@ struct ReplyQueue {
         var revision: UInt64
     }
 
-    private var entries = EntryRing()
+    private let entries = EntryRing()
     /// Connections with a held place: their replies queue here, behind it, by routing id.
     private var holding: [[UInt8]: [Entry]] = [:]
     private var nextTicket: UInt64 = 0
@@ -147,37 +147,50 @@ struct ReplyQueue {
     }
 
     /// The queue proper: a ring that entries are moved into and out of, never copied (under
-    /// load it never empties, and an array's front removal moved every waiting entry).
-    private struct EntryRing {
-        private var slots: [Entry?] = Array(repeating: nil, count: 64)
+    /// load it never empties, and an array's front removal moved every waiting entry). Its
+    /// storage is initialized and moved from directly: no optional to test and no old value to
+    /// destroy on every append. Owned by one ``ReplyQueue``, which is not copied.
+    private final class EntryRing {
+        private var slots: UnsafeMutablePointer<Entry>
+        private var capacity = 64
         private var first = 0
         private(set) var count = 0
 
-        var isEmpty: Bool { count == 0 }
-        var firstRevision: UInt64? { count == 0 ? nil : slots[first]!.revision }
+        init() { slots = .allocate(capacity: capacity) }
 
-        mutating func append(_ entry: consuming Entry) {
-            if count == slots.count { grow() }
-            slots[(first + count) & (slots.count - 1)] = entry
+        deinit {
+            while count > 0 { _ = removeFirst() }
+            slots.deallocate()
+        }
+
+        var isEmpty: Bool { count == 0 }
+        var firstRevision: UInt64? { count == 0 ? nil : slots[first].revision }
+
+        func append(_ entry: consuming Entry) {
+            if count == capacity { grow() }
+            (slots + ((first + count) & (capacity - 1))).initialize(to: entry)
             count += 1
         }
 
-        mutating func removeFirst() -> Entry {
-            let entry = slots[first].take()!
-            first = (first + 1) & (slots.count - 1)
+        func removeFirst() -> Entry {
+            precondition(count > 0, "removeFirst on an empty ring")
+            let entry = (slots + first).move()
+            first = (first + 1) & (capacity - 1)
             count -= 1
             return entry
         }
 
-        mutating func forEachInPlace(_ body: (inout Entry) -> Void) {
-            for offset in 0..<count { body(&slots[(first + offset) & (slots.count - 1)]!) }
+        func forEachInPlace(_ body: (inout Entry) -> Void) {
+            for offset in 0..<count { body(&slots[(first + offset) & (capacity - 1)]) }
         }
 
         /// Doubles the ring (its size stays a power of two), the waiting entries first.
-        private mutating func grow() {
-            var larger: [Entry?] = Array(repeating: nil, count: slots.count * 2)
-            for offset in 0..<count { larger[offset] = slots[(first + offset) & (slots.count - 1)].take() }
+        private func grow() {
+            let larger = UnsafeMutablePointer<Entry>.allocate(capacity: capacity * 2)
+            for offset in 0..<count { (larger + offset).moveInitialize(from: slots + ((first + offset) & (capacity - 1)), count: 1) }
+            slots.deallocate()
             slots = larger
+            capacity *= 2
             first = 0
         }
     }
