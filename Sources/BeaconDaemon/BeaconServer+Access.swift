@@ -122,19 +122,14 @@ extension BeaconServer {
         let now = MonotonicTime.now()
         var refusedOutOfStep = 0
         while true {
-            let received: [ZMQMessage]?
+            let received: (frames: [ZMQMessage], inStep: Bool)?
             do {
-                received = try publisher.receiveMessage(flags: .dontWait)
+                received = try publisher.receive()
             } catch {
-                pairing.lost()
                 logger.warning("reading subscriptions failed", metadata: ["error": "\(error)"])
                 break
             }
-            guard let frames = received else {
-                pairing.drained()
-                break
-            }
-            let inStep = pairing.read(frames)
+            guard let (frames, inStep) = received else { break }
             let frame = frames[0]
             let bytes = frame.bytes
             let userID = frame.metadata("User-Id")
@@ -176,17 +171,17 @@ extension BeaconServer {
                 if let prefix {
                     // A prefix's last revision must count only published writes: commit and publish
                     // what is pending before computing it.
-                    if !tracker.isTracked(prefix) { flushWrites() }
-                    tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
+                    if !publisher.tracker.isTracked(prefix) { flushWrites() }
+                    publisher.tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
                 }
-                for grantedTopic in granted { try? publisher.addSubscription(grantedTopic) }
+                publisher.grant(granted)
             } else {
                 guard access.releaseSubscription(topic, peer: userID) else { continue }
-                if let prefix { tracker.unsubscribe(prefix, nowMilliseconds: now.milliseconds) }
+                if let prefix { publisher.tracker.unsubscribe(prefix, nowMilliseconds: now.milliseconds) }
                 // A closed connection's subscriptions are gone already; a live peer's are removed,
                 // from its own connection only while the pairing is in step.
                 if inStep, let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {
-                    for grantedTopic in granted { try? publisher.removeSubscription(grantedTopic) }
+                    publisher.revoke(granted)
                 }
             }
         }
@@ -202,12 +197,12 @@ extension BeaconServer {
     /// Opens the publish socket anew so that subscribers refused while the pairing was out of
     /// step subscribe again; at most once a second (a hostile peer can ask for it at will).
     func resetPublisherSoon(now: MonotonicTime) {
-        guard !publisherResetPending else { return }
-        let earliest = lastPublisherReset.adding(milliseconds: 1000)
+        guard !publisher.reopenPending else { return }
+        let earliest = publisher.lastReopened.adding(milliseconds: 1000)
         if earliest <= now {
             reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
         } else {
-            publisherResetPending = true
+            publisher.reopenPending = true
             timers.schedule(.publisherReset, at: earliest)
         }
     }

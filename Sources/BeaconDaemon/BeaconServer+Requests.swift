@@ -248,10 +248,10 @@ extension BeaconServer {
                 $0.journalBytes = journal.sizeInBytes
                 $0.writes = counters.writes
                 $0.rejected = counters.rejected
-                $0.published = counters.published
+                $0.published = publisher.published
                 $0.requests = counters.requests
                 $0.commits = counters.commits
-                $0.trackedPrefixes = UInt32(tracker.tracked.count)
+                $0.trackedPrefixes = UInt32(publisher.tracker.tracked.count)
                 $0.uptimeMs = startedAt.milliseconds(until: now)
                 $0.readOnly = readOnlyUntil > now
                 $0.requestConnections = UInt32(connections.ledger.count(.requests))
@@ -304,7 +304,7 @@ extension BeaconServer {
     /// and returns its last revision; over `leases_per_peer`, only the revision (counted).
     private func lease(_ prefix: String, now: MonotonicTime) -> UInt64 {
         let limit = access.needsPeerIdentity ? Int(access.limits.leasesPerPeer) : 0
-        let (revision, leased) = tracker.lease(prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds,
+        let (revision, leased) = publisher.tracker.lease(prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds,
                                                holder: current.peer, limit: limit) { initialRevision(prefix: prefix) }
         if !leased { counters.leasesRefused += 1 }
         return revision

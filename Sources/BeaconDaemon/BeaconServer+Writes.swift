@@ -449,68 +449,27 @@ extension BeaconServer {
 
     /// Publishes the diffs of one revision's changes, and its commit marker if it has several.
     private func publish(_ changes: [JournalChange]) {
-        let revision = changes[0].revision
-        var marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : changes.map(\.key))
-        if access.policy.isEnabled {
-            for index in marks.perChange.indices where !marks.perChange[index].isEmpty {
-                marks.perChange[index] = access.marks(marks.perChange[index], everyReaderOf: changes[index].key)
-            }
-        }
         let epoch = journal.epoch
-        for index in changes.indices {
-            // Encoded straight into the frame libzmq sends.
-            let key = changes[index].key
-            do {
-                _ = try WireEncoder.diff(
-                    epoch: epoch, revision: changes[index].revision, part: changes[index].part, parts: changes[index].parts,
-                    kind: StoredValueCodec.kind(changes[index].kind), key: key, encodedValue: changes[index].value,
-                    version: changes[index].version, createRevision: changes[index].createRevision,
-                    expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
-                    timestampMilliseconds: changes[index].timestampMilliseconds,
-                    marks: marks.perChange.isEmpty ? [] : marks.perChange[index]
-                ) { (count, fill) throws(ZMQError) -> Bool in try publish(topic: key, count: count, fill: fill) }
-                counters.published += 1
-            } catch {
-                logger.warning("publish failed", metadata: ["topic": "\(key)", "error": "\(error)"])
-            }
-        }
+        let narrow: (([Beacon_V1_PrefixMark], String) -> [Beacon_V1_PrefixMark])? = access.policy.isEnabled
+            ? { [access] marks, key in access.marks(marks, everyReaderOf: key) } : nil
+        let (touched, failures) = publisher.publishDiffs(changes, epoch: epoch, narrow: narrow)
+        for (topic, error) in failures { logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"]) }
         if changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
             marker.epoch = epoch
-            marker.revision = revision
+            marker.revision = changes[0].revision
             marker.parts = UInt32(changes.count)
-            marker.marks = marks.touched
+            marker.marks = touched
             publishCommitMarkers(marker)
         }
     }
 
     func publish(topic: String, _ message: some SwiftProtobuf.Message) {
         do {
-            publish(topic: topic, body: try message.serializedBytes())
-        } catch {
-            logger.warning("publication not encoded", metadata: ["topic": "\(topic)", "error": "\(error)"])
-        }
-    }
-
-    func publish(topic: String, body: [UInt8]) {
-        do {
-            try publish(topic: topic, count: body.count) { buffer in body.withUnsafeBytes { buffer.copyMemory(from: $0) } }
-            counters.published += 1
+            try publisher.publish(topic: topic, body: try message.serializedBytes())
         } catch {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
         }
-    }
-
-    /// Publishes `topic` and a body of `count` bytes that `fill` writes in the frame's memory.
-    @discardableResult
-    private func publish(topic: String, count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
-        // XPUB never blocks: at a subscriber's high-water mark the message is dropped for that
-        // subscriber, which detects the gap from the sequencing marks and repairs it.
-        let publisher = publisher!
-        _ = try withUTF8Bytes(topic) { utf8 in
-            Result { () throws(ZMQError) in try publisher.send(copying: utf8, flags: [.sendMore, .dontWait]) }
-        }.get()
-        return try publisher.send(count: count, flags: .dontWait, fill: fill)
     }
 
     func publishHeartbeat() {
@@ -522,7 +481,7 @@ extension BeaconServer {
         heartbeat.compactedRevision = journal.compactedRevision
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = Journal.nowMilliseconds()
-        heartbeat.prefixes = tracker.heads
+        heartbeat.prefixes = publisher.tracker.heads
         publishHeartbeats(heartbeat)
     }
 

@@ -29,7 +29,6 @@ public final class BeaconServer: @unchecked Sendable {
     // code that accesses them again, which is what a check would catch.
     @exclusivity(unchecked) var journal: Journal!
     @exclusivity(unchecked) var store = SignalStore()
-    @exclusivity(unchecked) var tracker = PrefixTracker()
     /// Heartbeats, compaction, systemd's watchdog and status, key expiries and session ends.
     @exclusivity(unchecked) var timers = TimerQueue()
     @exclusivity(unchecked) var sessions = SessionTable()
@@ -66,7 +65,8 @@ public final class BeaconServer: @unchecked Sendable {
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
     private var loopPlacement: ThreadPlacement?
     @exclusivity(unchecked) var router: ZMQSocket!
-    @exclusivity(unchecked) var publisher: ZMQSocket!
+    /// The publish socket, its subscriptions and the prefixes it sequences.
+    @exclusivity(unchecked) var publisher: Publisher!
     /// The ZAP handler's socket: every connection to the daemon is authenticated here.
     var zap: ZMQSocket?
     /// Connections to the request and publish sockets, per peer and in all; sheds those over a limit.
@@ -77,15 +77,6 @@ public final class BeaconServer: @unchecked Sendable {
     private var lock: InstanceLock?
     private let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
-    /// Counts reopenings of the publish socket, so that the loop polls the current one.
-    var publisherGeneration = 0
-    /// Whether grants on the publish socket go to the connection that asked.
-    @exclusivity(unchecked) var pairing = SubscriptionPairing()
-    /// When the publish socket was last opened anew, and whether a timer will do it again.
-    var lastPublisherReset = MonotonicTime(milliseconds: 0)
-    var publisherResetPending = false
-    /// Publish endpoints the socket opened anew could not bind yet (a tcp port still held).
-    var unboundPublishEndpoints: [String] = []
     /// Log lines outside peers can cause, throttled.
     @exclusivity(unchecked) var logThrottle = LogThrottle()
     private let finished = Mutex<FinishState>(.running)
@@ -100,7 +91,6 @@ public final class BeaconServer: @unchecked Sendable {
     struct Counters {
         var writes: UInt64 = 0
         var rejected: UInt64 = 0
-        var published: UInt64 = 0
         var requests: UInt64 = 0
         var commits: UInt64 = 0
         var connectionsRefused: UInt64 = 0
@@ -249,7 +239,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     /// The one-line status systemd shows.
     func statusLine(writesPerSecond: Double) -> String {
-        "revision \(store.headRevision), \(store.liveCount) keys, \(tracker.tracked.count) followed prefixes, "
+        "revision \(store.headRevision), \(store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
             + "\(Int(writesPerSecond.rounded())) writes/s, journal \(journal.sizeInBytes / 1024) KiB"
             + (readOnlyUntil > .now() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
     }
@@ -388,69 +378,41 @@ public final class BeaconServer: @unchecked Sendable {
         try socket.bind(endpoint)
     }
 
-    /// Creates and binds the publish socket (XPUB in manual mode: the daemon decides every
-    /// subscription) and its connection counter.
+    /// Creates and binds the publish socket (``Publisher``).
     private func openPublisher(_ context: ZMQContext) throws(ZMQError) {
         let config = configuration
-        try makePublisher(context)
-        for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints {
-            try bind(publisher, to: endpoint)
+        publisher = try Publisher(context: context, endpoints: [config.publishEndpoint] + config.extraPublishEndpoints,
+                                  highWaterMark: config.publishHighWaterMark, connections: connections) {
+            [unowned self] (socket, endpoint) throws(ZMQError) in
+            try bind(socket, to: endpoint)
+            if !endpoint.hasPrefix("tcp://") {
+                chmod(configuration.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(configuration.socketMode))
+            }
         }
-        chmod(config.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(config.socketMode))
     }
 
-    /// Creates the publish socket, not yet bound, and its connection counter.
-    private func makePublisher(_ context: ZMQContext) throws(ZMQError) {
-        let socket = try ZMQSocket(context, type: .xpub, linger: 1000)
-        try socket.setSendHighWaterMark(configuration.publishHighWaterMark)
-        try socket.setXPubManual(true)
-        try socket.setHandshakeInterval(milliseconds: Self.handshakeMilliseconds)
-        publisher = socket
-        try connections.watch(socket, as: .subscribers, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
-    }
-
-    /// Closes the publish socket and opens it again: subscribers reconnect and subscribe anew
-    /// (and repair what they missed). The old socket lets go of its endpoints first; one that is
-    /// still held (a tcp port in the kernel's hands) is bound again by a timer, never given up.
+    /// Opens the publish socket anew: subscribers reconnect and subscribe anew (and repair what
+    /// they missed). An endpoint the old socket still holds (a tcp port in the kernel's hands)
+    /// is bound again by a timer, never given up.
     func reopenPublisher(reason: String) {
-        guard let context else { return }
-        let config = configuration
-        lastPublisherReset = .now()
-        publisherResetPending = false
-        connections.stopWatching(.subscribers)
-        for endpoint in [config.publishEndpoint] + config.extraPublishEndpoints { try? publisher.unbind(endpoint) }
-        publisher.close()
         access.resetSubscriptions()
-        tracker.resetSubscriptions()
-        pairing = SubscriptionPairing()
         do {
-            try makePublisher(context)
+            try publisher.reopen(now: .now())
         } catch {
             logger.critical("publish socket could not be created; stopping", metadata: ["error": "\(error)"])
             stopFlag.store(true, ordering: .sequentiallyConsistent)
             return
         }
-        publisherGeneration += 1
-        unboundPublishEndpoints = [config.publishEndpoint] + config.extraPublishEndpoints
         bindPublishEndpoints()
         logger.info("publish socket opened anew; subscribers reconnect", metadata: ["reason": "\(reason)"])
     }
 
     /// Binds the publish endpoints still unbound; a timer tries again for those that fail.
     func bindPublishEndpoints() {
-        unboundPublishEndpoints = unboundPublishEndpoints.filter { endpoint in
-            do {
-                try bind(publisher, to: endpoint)
-                if !endpoint.hasPrefix("tcp://") {
-                    chmod(configuration.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(configuration.socketMode))
-                }
-                return false
-            } catch {
-                logger.warning("publish endpoint not bound yet; trying again", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
-                return true
-            }
+        for (endpoint, error) in publisher.bindPending() {
+            logger.warning("publish endpoint not bound yet; trying again", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
         }
-        if !unboundPublishEndpoints.isEmpty { timers.schedule(.publisherRebind, at: MonotonicTime.now().adding(milliseconds: 100)) }
+        if !publisher.unboundEndpoints.isEmpty { timers.schedule(.publisherRebind, at: MonotonicTime.now().adding(milliseconds: 100)) }
     }
 
     /// How long a connection may take to finish its handshake: one that sends nothing (a raw tcp
@@ -495,16 +457,16 @@ public final class BeaconServer: @unchecked Sendable {
             if let wait = compactionStepWait(busy: servedRequests) {
                 timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
             }
-            if polledGeneration != publisherGeneration {
+            if polledGeneration != publisher.generation {
                 // First pass, or the publish socket was reopened: poll the sockets there are now.
                 poller = ZMQPoller()
                 routerIndex = poller.add(router)
-                publisherIndex = poller.add(publisher)
+                publisherIndex = poller.add(publisher.socket)
                 wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
                 zapIndex = poller.add(zap!)
                 monitors = Array(connections.monitors.keys)
                 monitorIndices = monitors.map { poller.add(connections.monitors[$0]!) }
-                polledGeneration = publisherGeneration
+                polledGeneration = publisher.generation
             }
             do {
                 try poller.poll(timeoutMilliseconds: timeout)
@@ -528,8 +490,8 @@ public final class BeaconServer: @unchecked Sendable {
                 switch timer {
                 case .heartbeat:
                     writeRate.record(counters.writes, at: after.milliseconds)
-                    publicationRate.record(counters.published, at: after.milliseconds)
-                    tracker.expireLeases(nowMilliseconds: after.milliseconds)
+                    publicationRate.record(publisher.published, at: after.milliseconds)
+                    publisher.tracker.expireLeases(nowMilliseconds: after.milliseconds)
                     journalBytes = journal.sizeInBytes
                     publishHeartbeat()
                     timers.schedule(.heartbeat, at: after.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
