@@ -29,19 +29,19 @@ extension BeaconServer {
     /// ``compactionStepIfDue(busy:)``).
     func beginCompaction(through revision: UInt64) throws(JournalError) {
         flushWrites()  // the journal is the loop's to use only with no commit in flight
-        guard try journal.beginCompaction(through: revision) else { return }
-        store.dropTombstones(through: journal.compactedRevision)
+        guard try pipeline.journal.beginCompaction(through: revision) else { return }
+        store.dropTombstones(through: pipeline.compactedRevision)
         compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
         compactionSchedule.nextStepAt = 0
-        logger.info("journal compaction started", metadata: ["journal.compacted": "\(journal.compactedRevision)"])
+        logger.info("journal compaction started", metadata: ["journal.compacted": "\(pipeline.compactedRevision)"])
     }
 
     /// Starts the compaction the retention policy asks for, if any.
     func compactByPolicy() {
         flushWrites()  // the journal is the loop's to use only with no commit in flight
         do {
-            let target = try journal.compactionTarget(for: live.retention)
-            if target > journal.compactedRevision { try beginCompaction(through: target) }
+            let target = try pipeline.journal.compactionTarget(for: live.retention)
+            if target > pipeline.compactedRevision { try beginCompaction(through: target) }
         } catch {
             logger.warning("compaction failed", metadata: ["error": "\(error)"])
         }
@@ -51,7 +51,7 @@ extension BeaconServer {
     /// compaction is under way. Steps run back to back while the loop is otherwise idle, take no
     /// more than half of its time while requests keep coming, and wait a second after a failure.
     func compactionStepWait(busy: Bool) -> UInt64? {
-        guard journal.isCompacting else { return nil }
+        guard pipeline.isCompacting else { return nil }
         let earliest = busy || compactionSchedule.backingOff ? compactionSchedule.nextStepAt : 0
         let now = CompactionSchedule.monotonicNanoseconds()
         return earliest > now ? earliest - now : 0
@@ -63,7 +63,7 @@ extension BeaconServer {
         let started = CompactionSchedule.monotonicNanoseconds()
         let progress: CompactionProgress?
         do {
-            progress = try journal.continueCompaction(rows: compactionSchedule.stepRows)
+            progress = try pipeline.journal.continueCompaction(rows: compactionSchedule.stepRows)
         } catch {
             logger.warning("compaction step failed; retrying in 1 s", metadata: ["error": "\(error)"])
             compactionSchedule.nextStepAt = started + 1_000_000_000
@@ -88,7 +88,7 @@ extension BeaconServer {
             var reply = Beacon_V1_Reply()
             reply.id = waiter.id
             reply.compact = .with {
-                $0.compactedRevision = journal.compactedRevision
+                $0.compactedRevision = pipeline.compactedRevision
                 $0.removed = UInt64(progress.removed)
             }
             replies.fill(waiter.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
@@ -114,14 +114,14 @@ extension BeaconServer {
                 $0.message = error.description
             })
         }
-        if journal.isCompacting {
+        if pipeline.isCompacting {
             compactionSchedule.waiters.append((replies.hold(route, at: store.headRevision), id))
             return
         }
         var reply = Beacon_V1_Reply()
         reply.id = id
         reply.compact = .with {
-            $0.compactedRevision = journal.compactedRevision
+            $0.compactedRevision = pipeline.compactedRevision
             $0.removed = 0
         }
         send(reply, to: route)

@@ -137,8 +137,8 @@ extension BeaconServer {
     }
 
     private func compactedFailure(_ revision: UInt64) -> WriteRejection {
-        var rejection = failure(.compacted, "history at revision \(revision) was compacted (through \(journal.compactedRevision)); resync from a snapshot")
-        rejection.error.compactedRevision = journal.compactedRevision
+        var rejection = failure(.compacted, "history at revision \(revision) was compacted (through \(pipeline.compactedRevision)); resync from a snapshot")
+        rejection.error.compactedRevision = pipeline.compactedRevision
         return rejection
     }
 
@@ -150,10 +150,10 @@ extension BeaconServer {
         case .ping:
             reply.ping = .with {
                 $0.protocolVersion = WireLimits.protocolVersion
-                $0.epoch = journal.epoch
+                $0.epoch = pipeline.epoch
                 $0.instance = instance
                 $0.headRevision = store.headRevision
-                $0.compactedRevision = journal.compactedRevision
+                $0.compactedRevision = pipeline.compactedRevision
                 $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
                 $0.daemonVersion = BeaconVersion.string
             }
@@ -206,7 +206,7 @@ extension BeaconServer {
         case .delta(let delta):
             try checkPrefix(delta.prefix)
             try checkRead(prefix: delta.prefix)
-            if delta.sinceRevision < journal.compactedRevision { throw compactedFailure(delta.sinceRevision) }
+            if delta.sinceRevision < pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
             if delta.sinceRevision > store.headRevision {
                 throw failure(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
             }
@@ -229,7 +229,7 @@ extension BeaconServer {
                 try checkPrefix(history.prefix)
                 try checkRead(prefix: history.prefix)
             }
-            if history.fromRevision != 0 && history.fromRevision <= journal.compactedRevision {
+            if history.fromRevision != 0 && history.fromRevision <= pipeline.compactedRevision {
                 throw compactedFailure(history.fromRevision)
             }
             let to = history.toRevision == 0 ? store.headRevision : min(history.toRevision, store.headRevision)
@@ -239,13 +239,13 @@ extension BeaconServer {
         case .stats:
             guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
             reply.stats = .with {
-                $0.epoch = journal.epoch
+                $0.epoch = pipeline.epoch
                 $0.instance = instance
                 $0.headRevision = store.headRevision
-                $0.compactedRevision = journal.compactedRevision
+                $0.compactedRevision = pipeline.compactedRevision
                 $0.keys = UInt64(store.liveCount)
                 $0.tombstones = UInt64(store.tombstoneCount)
-                $0.journalBytes = journal.sizeInBytes
+                $0.journalBytes = pipeline.sizeInBytes
                 $0.writes = counters.writes
                 $0.rejected = counters.rejected
                 $0.published = publisher.published
@@ -312,8 +312,8 @@ extension BeaconServer {
 
     private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(WriteRejection) -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
-        result.epoch = journal.epoch
-        result.compactedRevision = journal.compactedRevision
+        result.epoch = pipeline.epoch
+        result.compactedRevision = pipeline.compactedRevision
         let limit = request.limit == 0 ? Int.max : Int(request.limit)
         let head = store.headRevision
         if request.revision == 0 || request.revision == head {
@@ -336,14 +336,14 @@ extension BeaconServer {
             return result
         }
         if request.revision > head { throw failure(.futureRevision, "revision \(request.revision) is above head \(head)") }
-        if request.revision < journal.compactedRevision { throw compactedFailure(request.revision) }
+        if request.revision < pipeline.compactedRevision { throw compactedFailure(request.revision) }
         var entries: [JournalEntry]
         do {
             let fetchLimit = limit == Int.max ? 0 : limit + 1
-            entries = try journal.snapshot(prefix: request.prefix, at: request.revision,
+            entries = try pipeline.journal.snapshot(prefix: request.prefix, at: request.revision,
                                            startAfter: request.startAfter, limit: fetchLimit)
-            result.prefixRevision = max(try journal.lastRevision(prefix: request.prefix, atOrBelow: request.revision),
-                                        journal.compactedRevision)
+            result.prefixRevision = max(try pipeline.journal.lastRevision(prefix: request.prefix, atOrBelow: request.revision),
+                                        pipeline.compactedRevision)
         } catch {
             throw journalFailure(error)
         }
@@ -373,11 +373,11 @@ extension BeaconServer {
 
     private func events(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(WriteRejection) -> Beacon_V1_EventsReply {
         var result = Beacon_V1_EventsReply()
-        result.epoch = journal.epoch
-        result.compactedRevision = journal.compactedRevision
+        result.epoch = pipeline.epoch
+        result.compactedRevision = pipeline.compactedRevision
         let page: (changes: [JournalChange], more: Bool)
         do {
-            page = try journal.changes(prefix: prefix, exact: exact, from: from, to: to,
+            page = try pipeline.journal.changes(prefix: prefix, exact: exact, from: from, to: to,
                                        limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
         } catch {
             throw journalFailure(error)

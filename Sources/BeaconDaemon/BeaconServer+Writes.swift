@@ -122,7 +122,7 @@ extension BeaconServer {
         let writeID = writeID.isEmpty ? writeID : ownedByCurrentPeer(writeID)
         if !writeID.isEmpty {
             // A retry of a write still staged or committing: answer it once that one is done.
-            if pendingWriteIDs.contains(writeID) { flushWrites() }
+            if pipeline.pendingWriteIDs.contains(writeID) { flushWrites() }
             if let revision = writeIDs[writeID] {
                 return replayWrite(route, id, revision: revision)
             }
@@ -161,8 +161,7 @@ extension BeaconServer {
                 }
             }
             let revision = changes[0].revision
-            staged.append(StagedWrite(isDaemons: false, changes: changes, undo: undo, writeID: writeID.isEmpty ? nil : writeID))
-            if !writeID.isEmpty { pendingWriteIDs.insert(writeID) }
+            pipeline.stage(StagedWrite(isDaemons: false, changes: changes, undo: undo, writeID: writeID.isEmpty ? nil : writeID))
             let reply: PendingReply = changes.count == 1
                 ? .oneKeyWrite(id: id, revision: revision, version: changes[0].version)
                 : .write(id: id, revision: revision, versions: changes.map(\.version))
@@ -345,47 +344,35 @@ extension BeaconServer {
     /// - Parameter inline: whether a small batch may be committed inline. Not while a committed
     ///   batch waits to be published: the inline one would be published first, out of order.
     func submitStagedIfIdle(inline: Bool = true) {
-        guard !commits.inFlight, !staged.isEmpty else { return }
-        committing = staged
-        staged.removeAll(keepingCapacity: true)
-        // Each write's own array of changes: one reference each, no copy of the changes.
-        let changes = committing.map(\.changes)
-        if inline && committing.count <= Self.inlineCommitLimit {
-            // The commit thread is idle, so the journal is the loop's to use.
-            complete(Result { () throws(JournalError) in try journal.append(contentsOf: changes) })
-        } else {
-            commits.submit(changes)
-        }
+        if let outcome = pipeline.submitIfIdle(inline: inline, inlineLimit: Self.inlineCommitLimit) { complete(outcome) }
     }
 
     /// Waits for the commit in flight, finishes it, and hands over what is staged.
     func waitForCommitThenSubmit() {
-        if let result = commits.waitForResult() { complete(result) }
+        if let outcome = pipeline.waitForOutcome() { complete(outcome) }
         submitStagedIfIdle()
     }
 
     /// Publishes and answers the in-flight batch if its commit has finished, then hands over
     /// what was staged meanwhile.
     func completeCommitIfReady() {
-        if let result = commits.takeResultIfReady() { complete(result) }
+        if let outcome = pipeline.takeOutcomeIfReady() { complete(outcome) }
         submitStagedIfIdle()
     }
 
     /// Commits everything staged and waits: afterwards the journal holds every write accepted so
     /// far and the loop may use the journal itself.
     func flushWrites() {
-        if let result = commits.waitForResult() { complete(result) }
+        if let outcome = pipeline.waitForOutcome() { complete(outcome) }
         submitStagedIfIdle()
-        if let result = commits.waitForResult() { complete(result) }
+        if let outcome = pipeline.waitForOutcome() { complete(outcome) }
     }
 
-    /// Finishes the in-flight batch: on success publish then answer; on failure roll back it and
-    /// everything staged on top of it, and refuse them all with READ_ONLY.
-    private func complete(_ result: Result<Void, JournalError>) {
-        let batch = committing
-        committing.removeAll(keepingCapacity: true)
-        switch result {
-        case .success:
+    /// Finishes a batch: on success publish then answer; on failure undo it and everything
+    /// staged on top of it, and refuse them all with READ_ONLY.
+    private func complete(_ outcome: WritePipeline.Outcome) {
+        switch outcome {
+        case .committed(let batch):
             readOnlyReason = nil
             counters.commits += 1
             // Keep the commit thread busy: the next batch commits there while this one is
@@ -397,19 +384,13 @@ extension BeaconServer {
                 publish(batch[index].changes)  // the array alone: passing the write would copy all of it
                 let revision = batch[index].changes[0].revision
                 durableRevision = revision
-                if let writeID = batch[index].writeID {
-                    remember(writeID: writeID, revision: revision)
-                    pendingWriteIDs.remove(writeID)
-                }
+                if let writeID = batch[index].writeID { remember(writeID: writeID, revision: revision) }
             }
             counters.writes += UInt64(batch.count)
             replies.release(durableRevision: durableRevision, deliver: deliver)
             submitStagedIfIdle()
-        case .failure(let error):
-            let refused = batch + staged
+        case .failed(let refused, let error):
             for write in refused.reversed() { store.undo(write.undo) }
-            staged.removeAll(keepingCapacity: true)
-            pendingWriteIDs.removeAll(keepingCapacity: true)
             readOnlyReason = error.description
             readOnlyUntil = MonotonicTime.now().adding(milliseconds: 1000)
             logger.error("journal commit failed; refusing writes for 1 s", metadata: [
@@ -436,7 +417,7 @@ extension BeaconServer {
         flushWrites()  // the journal is the loop's to read only with no commit in flight
         var reply = Beacon_V1_Reply()
         reply.id = id
-        let versions = (try? journal.changes(prefix: "", from: revision, to: revision, limit: WireLimits.maxTxnOps))?.changes.map(\.version) ?? []
+        let versions = (try? pipeline.journal.changes(prefix: "", from: revision, to: revision, limit: WireLimits.maxTxnOps))?.changes.map(\.version) ?? []
         reply.write = .with {
             $0.revision = revision
             $0.versions = versions
@@ -449,7 +430,7 @@ extension BeaconServer {
 
     /// Publishes the diffs of one revision's changes, and its commit marker if it has several.
     private func publish(_ changes: [JournalChange]) {
-        let epoch = journal.epoch
+        let epoch = pipeline.epoch
         let narrow: (([Beacon_V1_PrefixMark], String) -> [Beacon_V1_PrefixMark])? = access.policy.isEnabled
             ? { [access] marks, key in access.marks(marks, everyReaderOf: key) } : nil
         let (touched, failures) = publisher.publishDiffs(changes, epoch: epoch, narrow: narrow)
@@ -474,11 +455,11 @@ extension BeaconServer {
 
     func publishHeartbeat() {
         var heartbeat = Beacon_V1_Heartbeat()
-        heartbeat.epoch = journal.epoch
+        heartbeat.epoch = pipeline.epoch
         heartbeat.instance = instance
         // Only what subscribers could have received: a heartbeat is a bookmark (PROTOCOL.md §6).
         heartbeat.headRevision = durableRevision
-        heartbeat.compactedRevision = journal.compactedRevision
+        heartbeat.compactedRevision = pipeline.compactedRevision
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = Journal.nowMilliseconds()
         heartbeat.prefixes = publisher.tracker.heads
@@ -510,7 +491,7 @@ extension BeaconServer {
                                    version: 0, createRevision: 0, timestampMilliseconds: Journal.nowMilliseconds())
         let undo = store.apply([change])
         access.recordOwnership(of: [change], peer: nil)
-        staged.append(StagedWrite(isDaemons: true, changes: [change], undo: undo, writeID: nil))
+        pipeline.stage(StagedWrite(isDaemons: true, changes: [change], undo: undo, writeID: nil))
         return true
     }
 
@@ -527,7 +508,7 @@ extension BeaconServer {
         }
         let undo = store.apply(changes)
         access.recordOwnership(of: changes, peer: nil)
-        staged.append(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
+        pipeline.stage(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
         logger.debug("session ended", metadata: ["keys": "\(bound.count)", "revision": "\(revision)"])
         return true
     }

@@ -9,9 +9,9 @@ import Synchronization
 /// writes, publishes diffs and heartbeats, and serves reads, snapshots, deltas and history.
 ///
 /// The sockets and the in-memory state belong to one loop thread that ``start()`` spawns. The
-/// journal belongs to the loop too, except while a large batch is committing on the commit
-/// thread; the loop waits for that commit before it reads the journal itself. Other threads talk
-/// to the server only through ``requestStop()`` and ``waitUntilStopped()``.
+/// journal belongs to the write pipeline (`WritePipeline`), which hands it to the loop only while
+/// no batch is committing on the commit thread. Other threads talk to the server only through
+/// ``requestStop()``, ``requestReload(_:)`` and ``waitUntilStopped()``.
 public final class BeaconServer: @unchecked Sendable {
     /// The configuration the server started with.
     public let configuration: DaemonConfiguration
@@ -27,7 +27,8 @@ public final class BeaconServer: @unchecked Sendable {
     // exclusivity checks: a write touched these about twenty times, and each check cost as much
     // as the access it guarded (a tenth of the loop's time). No access to them calls back into
     // code that accesses them again, which is what a check would catch.
-    @exclusivity(unchecked) var journal: Journal!
+    /// The journal, the commit thread and the writes waiting for them.
+    @exclusivity(unchecked) var pipeline: WritePipeline!
     @exclusivity(unchecked) var store = SignalStore()
     /// Heartbeats, compaction, systemd's watchdog and status, key expiries and session ends.
     @exclusivity(unchecked) var timers = TimerQueue()
@@ -35,12 +36,6 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var writeIDs: [[UInt8]: UInt64] = [:]
     @exclusivity(unchecked) var writeIDOrder: [[UInt8]] = []
     @exclusivity(unchecked) var writeIDOrderStart = 0
-    @exclusivity(unchecked) var staged: [StagedWrite] = []
-    /// The batch the commit thread is writing.
-    @exclusivity(unchecked) var committing: [StagedWrite] = []
-    @exclusivity(unchecked) var commits: CommitThread!
-    /// Write ids of writes staged or committing, not yet remembered as committed.
-    @exclusivity(unchecked) var pendingWriteIDs: Set<[UInt8]> = []
     /// Writes are refused until then after a failed commit.
     @exclusivity(unchecked) var readOnlyUntil = MonotonicTime(milliseconds: 0)
     @exclusivity(unchecked) var readOnlyReason: String?
@@ -130,10 +125,12 @@ public final class BeaconServer: @unchecked Sendable {
         try Self.makeDirectory(config.runtimeDirectory, mode: 0o755)
         try Self.makeDirectory(config.stateDirectory, mode: 0o750)
         lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
+        let wake = self.wake
         do {
-            journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in
+            let journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in
                 try Journal(path: config.journalPath, durability: config.durability)
             }
+            pipeline = WritePipeline(journal: journal) { wake.wake() }
         } catch {
             lock?.release()
             throw DaemonError(error.code == .locked ? .alreadyRunning : .journal, error.description, underlying: error)
@@ -142,27 +139,25 @@ public final class BeaconServer: @unchecked Sendable {
             try whileStarting("loading the current state") { () throws(DaemonError) in try loadState() }
             try openSockets()
         } catch {
-            journal.close()
+            pipeline.close()
             lock?.release()
             router = nil
             publisher = nil
             throw error
         }
         instance = UInt64.random(in: 1...UInt64(Int64.max))
-        journalBytes = journal.sizeInBytes
-        if journal.isCompacting {
+        journalBytes = pipeline.sizeInBytes
+        if pipeline.isCompacting {
             compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
             logger.info("resuming the journal compaction an earlier run left unfinished", metadata: [
-                "journal.compacted": "\(journal.compactedRevision)"])
+                "journal.compacted": "\(pipeline.compactedRevision)"])
         }
         if config.curveKeys != nil, !config.access.rules.contains(where: { if case .key = $0.subject { true } else { false } }) {
             logger.warning("CURVE is on but no 'allow = key:...' rule lists a client key: no tcp client can connect")
         }
-        let wake = self.wake
-        commits = CommitThread(journal: journal) { wake.wake() }
         logger.info("beacond started", metadata: [
             "runtime.dir": "\(config.runtimeDirectory)", "journal.path": "\(config.journalPath)",
-            "journal.epoch": "\(journal.epoch)", "journal.head": "\(journal.headRevision)",
+            "journal.epoch": "\(pipeline.epoch)", "journal.head": "\(store.headRevision)",
             "keys": "\(store.liveCount)",
         ])
         notifier?.ready(status: statusLine(writesPerSecond: 0))
@@ -240,7 +235,7 @@ public final class BeaconServer: @unchecked Sendable {
     /// The one-line status systemd shows.
     func statusLine(writesPerSecond: Double) -> String {
         "revision \(store.headRevision), \(store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
-            + "\(Int(writesPerSecond.rounded())) writes/s, journal \(journal.sizeInBytes / 1024) KiB"
+            + "\(Int(writesPerSecond.rounded())) writes/s, journal \(pipeline.sizeInBytes / 1024) KiB"
             + (readOnlyUntil > .now() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
     }
 
@@ -272,6 +267,7 @@ public final class BeaconServer: @unchecked Sendable {
     private func loadState() throws(DaemonError) {
         do {
             var loaded = SignalStore()
+            let journal = pipeline.journal
             try journal.loadState { loaded.load($0) }
             loaded.loaded(headRevision: journal.headRevision)
             store = loaded
@@ -492,7 +488,7 @@ public final class BeaconServer: @unchecked Sendable {
                     writeRate.record(counters.writes, at: after.milliseconds)
                     publicationRate.record(publisher.published, at: after.milliseconds)
                     publisher.tracker.expireLeases(nowMilliseconds: after.milliseconds)
-                    journalBytes = journal.sizeInBytes
+                    journalBytes = pipeline.sizeInBytes
                     publishHeartbeat()
                     timers.schedule(.heartbeat, at: after.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
                 case .compaction:
@@ -526,12 +522,11 @@ public final class BeaconServer: @unchecked Sendable {
         }
         // Requests already read are answered; then everything closes in order.
         flushWrites()
-        commits.stop()
         connections.close()
         router.close()
         publisher.close()
         zap?.close()
-        journal.close()
+        pipeline.close()
         context = nil
         lock?.release()
         logger.info("beacond stopped", metadata: ["journal.head": "\(store.headRevision)"])
@@ -547,7 +542,7 @@ public final class BeaconServer: @unchecked Sendable {
     /// have dropped the tombstone of a later delete, so the compaction point is a floor: a
     /// subscriber that is behind it is told to repair, never told it is complete.
     func initialRevision(prefix: String) -> UInt64 {
-        max(store.lastRevision(prefix: prefix), journal.compactedRevision)
+        max(store.lastRevision(prefix: prefix), pipeline.compactedRevision)
     }
 
     private func drainRequests() {
@@ -564,7 +559,7 @@ public final class BeaconServer: @unchecked Sendable {
             guard var frames = received.take() else { break }
             let body = frames.removeLast()
             count += handle(body, envelope: frames)  // a batch counts as each request it holds
-            if staged.count >= live.maxBatch {
+            if pipeline.staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.
                 waitForCommitThenSubmit()
             }
