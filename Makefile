@@ -8,7 +8,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # faketime for the tests of the unit's system calls and of wall-clock steps.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction man completions install proto clean
+.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-flood   a well-behaved client's write latency while another peer floods (rate limit on/off)"
 	@echo "make bench-fuzz    3,000,000 random and mutated frames on every socket: no crash, bounded memory"
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
+	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
 	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
@@ -59,7 +60,7 @@ test: deps
 test-race: deps
 	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
 
-bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction
+bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash
 
 bench-core:
 	$(SWIFT) build -c release --product beacon-signals-bench
@@ -94,6 +95,11 @@ bench-fuzz: release
 
 bench-compaction: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" compaction
+
+# 300 kill -9 trials: beacond killed the moment a refusal decided against pipelined writes
+# arrives; fails if anything such an answer said is gone after the restart.
+bench-crash: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" crash-replies
 
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release
