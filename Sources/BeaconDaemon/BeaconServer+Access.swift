@@ -88,23 +88,19 @@ extension BeaconServer {
     }
 
     /// A PERMISSION_DENIED refusal, counted.
-    func denied(_ what: String, key: String) -> WriteRejection {
+    func denied(_ what: String, key: String) -> Refusal {
         counters.accessDenied += 1
         logger.debug("request denied", metadata: ["peer": "\(current.peer)", "what": "\(what)", "key": "\(key)"])
-        var error = Beacon_V1_Error()
-        error.code = .permissionDenied
-        error.message = "\(current.peer.isEmpty ? "this peer" : current.peer) may not \(what)"
-        error.key = key
-        return WriteRejection(error: error)
+        return Refusal(.permissionDenied, "\(current.peer.isEmpty ? "this peer" : current.peer) may not \(what)", key: key)
     }
 
     /// Refuses a read of `key` the current peer may not read.
-    func checkRead(key: String) throws(WriteRejection) {
+    func checkRead(key: String) throws(Refusal) {
         if !current.rights.read.contains(key: key) { throw denied("read '\(key)'", key: key) }
     }
 
     /// Refuses a read under `prefix` unless the current peer may read every key under it.
-    func checkRead(prefix: String) throws(WriteRejection) {
+    func checkRead(prefix: String) throws(Refusal) {
         if !current.rights.read.covers(prefix: prefix) {
             throw denied("read under '\(prefix)' (readable: \(current.rights.read))", key: prefix)
         }

@@ -97,22 +97,16 @@ extension BeaconServer {
 
     /// Answers a `Compact` request: at once when there is nothing to compact, else when the
     /// compaction it starts (or one under way that reaches as far) finishes.
-    func requestCompaction(_ compact: Beacon_V1_Compact, id: UInt64, route: ReplyRoute) throws(WriteRejection) {
+    func requestCompaction(_ compact: Beacon_V1_Compact, id: UInt64, route: ReplyRoute) throws(Refusal) {
         guard current.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "") }
         if compact.revision > store.headRevision {
-            throw WriteRejection(error: .with {
-                $0.code = .futureRevision
-                $0.message = "revision \(compact.revision) is above head \(store.headRevision)"
-            })
+            throw Refusal(.futureRevision, "revision \(compact.revision) is above head \(store.headRevision)")
         }
         do {
             try beginCompaction(through: compact.revision)
         } catch {
             logger.error("compaction failed", metadata: ["error": "\(error)"])
-            throw WriteRejection(error: .with {
-                $0.code = .internal
-                $0.message = error.description
-            })
+            throw Refusal(.internal, error.description)
         }
         if pipeline.isCompacting {
             compactionSchedule.waiters.append((replies.hold(route, at: store.headRevision), id))

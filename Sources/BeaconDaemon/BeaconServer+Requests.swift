@@ -91,13 +91,11 @@ extension BeaconServer {
     /// Answers request `id` with `rejection`'s error (and the head revision), counting it.
     /// - Parameter dependsOnStaged: whether the refusal was decided against staged writes (a
     ///   version conflict, say), so that it is answered as retryable if they roll back.
-    func refuse(_ id: UInt64, _ rejection: WriteRejection, route: ReplyRoute, dependsOnStaged: Bool = false) {
+    func refuse(_ id: UInt64, _ rejection: Refusal, route: ReplyRoute, dependsOnStaged: Bool = false) {
         counters.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
-        var wireError = rejection.error
-        wireError.headRevision = store.headRevision
-        reply.error = wireError
+        reply.error = rejection.wire(headRevision: store.headRevision)
         queueReply(.answer(reply, dependsOnStaged: dependsOnStaged), to: route)
     }
 
@@ -117,33 +115,29 @@ extension BeaconServer {
         return BatchReplies(envelope: envelope, id: id, count: count)
     }
 
-    private func failure(_ code: Beacon_V1_Error.Code, _ message: String, key: String = "") -> WriteRejection {
-        var error = Beacon_V1_Error()
-        error.code = code
-        error.message = message
-        error.key = key
-        return WriteRejection(error: error)
+    private func failure(_ code: Refusal.Code, _ message: String, key: String = "") -> Refusal {
+        Refusal(code, message, key: key)
     }
 
-    private func checkPrefix(_ prefix: String) throws(WriteRejection) {
+    private func checkPrefix(_ prefix: String) throws(Refusal) {
         if let problem = KeyPath.problem(prefix: prefix) {
             throw failure(.invalidKey, "prefix: \(problem)", key: prefix)
         }
     }
 
-    private func journalFailure(_ error: JournalError) -> WriteRejection {
+    private func journalFailure(_ error: JournalError) -> Refusal {
         logger.error("journal read failed", metadata: ["error": "\(error)"])
         return failure(.internal, error.description)
     }
 
-    private func compactedFailure(_ revision: UInt64) -> WriteRejection {
+    private func compactedFailure(_ revision: UInt64) -> Refusal {
         var rejection = failure(.compacted, "history at revision \(revision) was compacted (through \(pipeline.compactedRevision)); resync from a snapshot")
-        rejection.error.compactedRevision = pipeline.compactedRevision
+        rejection.compactedRevision = pipeline.compactedRevision
         return rejection
     }
 
     /// Answers a read, snapshot, history, stats or admin request.
-    private func answer(_ op: Beacon_V1_Request.OneOf_Op) throws(WriteRejection) -> Beacon_V1_Reply {
+    private func answer(_ op: Beacon_V1_Request.OneOf_Op) throws(Refusal) -> Beacon_V1_Reply {
         var reply = Beacon_V1_Reply()
         let now = MonotonicTime.now()
         switch op {
@@ -173,7 +167,7 @@ extension BeaconServer {
             var result = Beacon_V1_ListReply()
             result.revision = store.headRevision
             let limit = list.limit == 0 ? Int.max : Int(list.limit)
-            var failed: WriteRejection?
+            var failed: Refusal?
             store.forEach(prefix: list.prefix, after: list.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
@@ -187,7 +181,7 @@ extension BeaconServer {
                     result.kvs.append(kv)
                     return true
                 }
-                do throws(WriteRejection) {
+                do throws(Refusal) {
                     result.kvs.append(try keyValue(key, entry))
                 } catch {
                     failed = error
@@ -310,7 +304,7 @@ extension BeaconServer {
         return revision
     }
 
-    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(WriteRejection) -> Beacon_V1_SnapshotReply {
+    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(Refusal) -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
         result.epoch = pipeline.epoch
         result.compactedRevision = pipeline.compactedRevision
@@ -320,11 +314,11 @@ extension BeaconServer {
             // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
             result.revision = head
             result.prefixRevision = lease(request.prefix, now: now)
-            var failed: WriteRejection?
+            var failed: Refusal?
             store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
-                do throws(WriteRejection) {
+                do throws(Refusal) {
                     result.kvs.append(try keyValue(key, entry))
                 } catch {
                     failed = error
@@ -363,7 +357,7 @@ extension BeaconServer {
 
     /// Whether the changes under `prefix` after `since` outnumber its keys, so that a snapshot is
     /// the cheaper answer for a mirror. Costs at most one pass over the keys and as many changes.
-    private func deltaOutgrowsState(prefix: String, since: UInt64) throws(WriteRejection) -> Bool {
+    private func deltaOutgrowsState(prefix: String, since: UInt64) throws(Refusal) -> Bool {
         let keys = store.keyCount(prefix: prefix)
         guard store.headRevision - since > UInt64(keys) else { return false }  // fewer revisions than keys
         let probe = try events(prefix: prefix, exact: false, from: since + 1, to: store.headRevision,
@@ -371,7 +365,7 @@ extension BeaconServer {
         return probe.more || probe.events.count > keys
     }
 
-    private func events(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(WriteRejection) -> Beacon_V1_EventsReply {
+    private func events(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(Refusal) -> Beacon_V1_EventsReply {
         var result = Beacon_V1_EventsReply()
         result.epoch = pipeline.epoch
         result.compactedRevision = pipeline.compactedRevision
@@ -390,7 +384,7 @@ extension BeaconServer {
     }
 
     /// A stored entry as a wire key-value; a value that does not decode is an `INTERNAL` error, logged.
-    func keyValue(_ key: String, _ entry: SignalStore.Entry) throws(WriteRejection) -> Beacon_V1_KeyValue {
+    func keyValue(_ key: String, _ entry: SignalStore.Entry) throws(Refusal) -> Beacon_V1_KeyValue {
         do {
             return try StoredValueCodec.keyValue(key, entry)
         } catch {
@@ -399,7 +393,7 @@ extension BeaconServer {
     }
 
     /// A journaled change as a wire event; a value that does not decode is an `INTERNAL` error, logged.
-    func event(_ change: JournalChange) throws(WriteRejection) -> Beacon_V1_Event {
+    func event(_ change: JournalChange) throws(Refusal) -> Beacon_V1_Event {
         do {
             return try StoredValueCodec.event(change)
         } catch {
@@ -407,7 +401,7 @@ extension BeaconServer {
         }
     }
 
-    private func undecodable(_ error: UndecodableValue) -> WriteRejection {
+    private func undecodable(_ error: UndecodableValue) -> Refusal {
         logger.error("a stored value does not decode; the journal may be damaged", metadata: [
             "key": "\(error.key)", "revision": "\(error.revision)", "error": "\(error.reason)"])
         return failure(.internal, error.description, key: error.key)
@@ -415,15 +409,11 @@ extension BeaconServer {
 
     // MARK: Replies
 
-    func reject(_ route: ReplyRoute, _ id: UInt64, _ code: Beacon_V1_Error.Code, _ message: String) {
+    func reject(_ route: ReplyRoute, _ id: UInt64, _ code: Refusal.Code, _ message: String) {
         counters.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
-        reply.error = .with {
-            $0.code = code
-            $0.message = message
-            $0.headRevision = store.headRevision
-        }
+        reply.error = Refusal(code, message).wire(headRevision: store.headRevision)
         send(reply, to: route)
     }
 

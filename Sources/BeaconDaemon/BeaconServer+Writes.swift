@@ -14,11 +14,6 @@ struct StagedWrite {
     var writeID: [UInt8]?
 }
 
-/// A refusal of one write, with the protocol's error.
-struct WriteRejection: Error {
-    var error: Beacon_V1_Error
-}
-
 /// One operation of a write, with its value already encoded and checked for structure.
 struct WriteOp {
     enum Action {
@@ -30,7 +25,7 @@ struct WriteOp {
     var action: Action
     var ifVersion: UInt64?
     /// A problem with the value found while encoding it, reported with the operation's index.
-    var valueProblem: (code: Beacon_V1_Error.Code, message: String)?
+    var valueProblem: (code: Refusal.Code, message: String)?
 
     init(key: String, action: Action, ifVersion: UInt64?) {
         self.key = key
@@ -56,7 +51,7 @@ struct WriteOp {
 
     init(_ put: Beacon_V1_Put) {
         var encoded: [UInt8] = []
-        var problem: (Beacon_V1_Error.Code, String)?
+        var problem: (Refusal.Code, String)?
         if let structural = put.value.structuralProblem() {
             problem = (.invalidValue, structural.description)
         } else if let bytes: [UInt8] = try? put.value.serializedBytes() {
@@ -113,7 +108,7 @@ extension BeaconServer {
         }
         // Rights before the write id: a peer that may not make this write learns nothing of a
         // write with the same id.
-        do throws(WriteRejection) {
+        do throws(Refusal) {
             try checkWriteRights(ops)
         } catch {
             return refuse(id, error, route: route)
@@ -132,22 +127,19 @@ extension BeaconServer {
         if readOnlyUntil.milliseconds > 0, readOnlyUntil > .now() {
             return reject(route, id, .readOnly, "the journal cannot be written (\(readOnlyReason ?? "unknown")); reads still work")
         }
-        do throws(WriteRejection) {
+        do throws(Refusal) {
             try admit(ops)
         } catch {
             return refuse(id, error, route: route)
         }
-        do throws(WriteRejection) {
+        do throws(Refusal) {
             // Wall time for what is journaled (timestamps, a TTL's end as users read it).
             let changes = try prepareChanges(ops, revision: store.headRevision + 1, now: Journal.nowMilliseconds(), writeID: writeID)
             var creates = 0
             for index in changes.indices where changes[index].kind == .put && changes[index].version == 1 { creates += 1 }
             if !access.mayCreate(creates, peer: current.peer) {
                 counters.quotaExceeded += 1
-                throw WriteRejection(error: .with {
-                    $0.code = .quotaExceeded
-                    $0.message = "\(current.peer) may have at most \(access.limits.keysPerPeer) live keys it created (keys_per_peer)"
-                })
+                throw Refusal(.quotaExceeded, "\(current.peer) may have at most \(access.limits.keysPerPeer) live keys it created (keys_per_peer)")
             }
             access.recordOwnership(of: changes, peer: current.peer)
             let undo = store.apply(changes)
@@ -174,12 +166,12 @@ extension BeaconServer {
     }
 
     /// Refuses a write with a key the peer may not write.
-    private func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(WriteRejection) where Ops.Index == Int {
+    private func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
         if current.rights.write.isEverything { return }  // no policy: nothing to look up or copy
         let writable = current.rights.write
         for index in ops.indices where !writable.contains(key: ops[index].key) {
             var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key)
-            rejection.error.opIndex = UInt32(index)
+            rejection.operationIndex = UInt32(index)
             throw rejection
         }
     }
@@ -194,55 +186,45 @@ extension BeaconServer {
     /// Refuses to start session `id` (already owned by the current peer) when the peer holds
     /// `sessions_per_peer` sessions. A session started by a write still staged is not counted
     /// yet, so a peer may go over by the writes of one commit.
-    func checkSessionLimit(_ id: [UInt8]) throws(WriteRejection) {
+    func checkSessionLimit(_ id: [UInt8]) throws(Refusal) {
         // Without rules or per-peer limits peers are not told apart: every one may end any session.
         let limit = access.needsPeerIdentity ? Int(access.limits.sessionsPerPeer) : 0
         guard limit > 0, !sessions.contains(id), sessions.count(ownedBy: current.peer) >= limit else { return }
         counters.quotaExceeded += 1
-        throw WriteRejection(error: .with {
-            $0.code = .quotaExceeded
-            $0.message = "\(current.peer.isEmpty ? "this peer" : current.peer) holds \(limit) sessions (sessions_per_peer)"
-        })
+        throw Refusal(.quotaExceeded, "\(current.peer.isEmpty ? "this peer" : current.peer) holds \(limit) sessions (sessions_per_peer)")
     }
 
     /// Checks a write against the peer's limits, after its rights and before its preconditions:
     /// the value size limit, the write rate, and the journal size.
-    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(WriteRejection) where Ops.Index == Int {
+    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
         let limits = access.limits
         // The protocol's own limit is checked with the value's structure (WriteOp).
         for index in ops.indices where limits.maxValueBytes < WireLimits.maxValueBytes {
             if case .put(let encoded, _, _, _) = ops[index].action, encoded.count > limits.maxValueBytes {
-                throw WriteRejection(error: .with {
-                    $0.code = .valueTooLarge
-                    $0.message = "value of '\(ops[index].key)' is \(encoded.count) bytes; this daemon's limit is \(limits.maxValueBytes) (max_value_bytes)"
-                    $0.key = ops[index].key
-                    $0.opIndex = UInt32(index)
-                })
+                var refusal = Refusal(.valueTooLarge, "value of '\(ops[index].key)' is \(encoded.count) bytes; this daemon's limit is \(limits.maxValueBytes) (max_value_bytes)",
+                                      key: ops[index].key)
+                refusal.operationIndex = UInt32(index)
+                throw refusal
             }
         }
         if limits.writesPerSecond > 0, let wait = access.takeWrite(peer: current.peer, now: MonotonicTime.now().milliseconds) {
             counters.rateLimited += 1
-            throw WriteRejection(error: .with {
-                $0.code = .rateLimited
-                $0.message = "more than \(limits.writesPerSecond) writes per second from \(current.peer) (writes_per_second); retry in \(wait) ms"
-                $0.retryAfterMs = wait
-            })
+            var refusal = Refusal(.rateLimited, "more than \(limits.writesPerSecond) writes per second from \(current.peer) (writes_per_second); retry in \(wait) ms")
+            refusal.retryAfterMilliseconds = wait
+            throw refusal
         }
         if limits.maxJournalBytes > 0, journalBytes >= limits.maxJournalBytes,
            ops.contains(where: { if case .put = $0.action { true } else { false } }) {
             counters.quotaExceeded += 1
-            throw WriteRejection(error: .with {
-                $0.code = .quotaExceeded
-                $0.message = "the journal holds \(journalBytes) bytes, at its limit of \(limits.maxJournalBytes) (max_journal_bytes); deletes still work"
-            })
+            throw Refusal(.quotaExceeded, "the journal holds \(journalBytes) bytes, at its limit of \(limits.maxJournalBytes) (max_journal_bytes); deletes still work")
         }
     }
 
     /// Checks every operation's key, value and precondition against the current state and
     /// builds the changes of one revision; nothing is applied.
     func prepareChanges<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, revision: UInt64, now: UInt64, writeID: [UInt8])
-        throws(WriteRejection) -> [JournalChange] where Ops.Index == Int {
-        func failure(_ code: Beacon_V1_Error.Code, _ message: String) -> WriteRejection {
+        throws(Refusal) -> [JournalChange] where Ops.Index == Int {
+        func failure(_ code: Refusal.Code, _ message: String) -> Refusal {
             Self.rejection(code, message, key: "", index: 0, current: 0, operations: ops.count)
         }
         if ops.isEmpty { throw failure(.invalidArgument, "a transaction needs at least one operation") }
@@ -266,15 +248,12 @@ extension BeaconServer {
     }
 
     /// A refusal of operation `index` of a write of `operations` operations.
-    private static func rejection(_ code: Beacon_V1_Error.Code, _ message: String, key: String, index: Int, current: UInt64,
-                                  operations: Int) -> WriteRejection {
-        var error = Beacon_V1_Error()
-        error.code = code
-        error.message = operations > 1 ? "operation \(index): \(message)" : message
-        error.key = key
-        error.opIndex = UInt32(index)
-        error.currentVersion = current
-        return WriteRejection(error: error)
+    private static func rejection(_ code: Refusal.Code, _ message: String, key: String, index: Int, current: UInt64,
+                                  operations: Int) -> Refusal {
+        var refusal = Refusal(code, operations > 1 ? "operation \(index): \(message)" : message, key: key)
+        refusal.operationIndex = UInt32(index)
+        refusal.currentVersion = current
+        return refusal
     }
 
     /// The change operation `index` of `ops` makes, checked against the current state and the
@@ -283,10 +262,10 @@ extension BeaconServer {
     private func change<Ops: RandomAccessCollection<WriteOp>>(
         _ ops: Ops, at index: Int, revision: UInt64, now: UInt64, writeID: [UInt8],
         pending: inout [String: SignalStore.Versions?]
-    ) throws(WriteRejection) -> JournalChange where Ops.Index == Int {
+    ) throws(Refusal) -> JournalChange where Ops.Index == Int {
         let part = UInt32(index)
         let key = ops[index].key
-        func refusal(_ code: Beacon_V1_Error.Code, _ message: String, current: UInt64 = 0) -> WriteRejection {
+        func refusal(_ code: Refusal.Code, _ message: String, current: UInt64 = 0) -> Refusal {
             Self.rejection(code, message, key: key, index: index, current: current, operations: ops.count)
         }
         if let problem = KeyPath.problem(key: key) {
