@@ -153,19 +153,6 @@ extension AccessTests {
     }
 }
 
-/// Runs a system administration command (useradd, gpasswd, ...); its status.
-@discardableResult
-func administer(_ path: String, _ arguments: [String]) -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    guard (try? process.runSerially()) != nil else { return -1 }
-    process.waitUntilExit()
-    return process.terminationStatus
-}
-
 let canAdministerUsers = canSwitchUsers && ["/usr/sbin/useradd", "/usr/sbin/groupadd", "/usr/bin/gpasswd", "/usr/sbin/userdel",
                                             "/usr/sbin/groupdel"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
 
@@ -177,15 +164,15 @@ extension AccessTests {
           .enabled(if: canAdministerUsers, "needs root, setpriv, useradd, groupadd and gpasswd"))
     func leavingAGroupEndsItsSubscriptionsOnReload() throws {
         let user = "beacont5003", group = "beaconsec5003"
-        administer("/usr/sbin/userdel", [user])
-        administer("/usr/sbin/groupdel", [group])
-        try #require(administer("/usr/sbin/groupadd", [group]) == 0)
-        try #require(administer("/usr/sbin/useradd", ["-u", "5003", "-M", "-N", "-g", "nogroup", user]) == 0)
+        runTool("/usr/sbin/userdel", [user])
+        runTool("/usr/sbin/groupdel", [group])
+        try #require(runTool("/usr/sbin/groupadd", [group]) == 0)
+        try #require(runTool("/usr/sbin/useradd", ["-u", "5003", "-M", "-N", "-g", "nogroup", user]) == 0)
         defer {
-            administer("/usr/sbin/userdel", [user])
-            administer("/usr/sbin/groupdel", [group])
+            runTool("/usr/sbin/userdel", [user])
+            runTool("/usr/sbin/groupdel", [group])
         }
-        try #require(administer("/usr/bin/gpasswd", ["-a", user, group]) == 0)
+        try #require(runTool("/usr/bin/gpasswd", ["-a", user, group]) == 0)
         let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5003 read=app.", "allow = group:\(group) read=sys."])
         defer { daemon.stop() }
         let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
@@ -201,7 +188,7 @@ extension AccessTests {
                 _ = try root.put("sys.before", .with { $0.intValue = Int64(i) })
                 Thread.sleep(forTimeInterval: 0.1)
             }
-            try #require(administer("/usr/bin/gpasswd", ["-d", user, group]) == 0)
+            try #require(runTool("/usr/bin/gpasswd", ["-d", user, group]) == 0)
             kill(daemon.process.processIdentifier, SIGHUP)
             let deadline = Date().addingTimeInterval(5)
             while reloads() < 1 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }

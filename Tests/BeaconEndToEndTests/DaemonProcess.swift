@@ -84,12 +84,13 @@ final class DaemonProcess {
     }
 }
 
-/// Runs a tool and returns its exit status.
+/// Runs a tool, its output discarded, and returns its exit status.
 @discardableResult
 func runTool(_ path: String, _ arguments: [String]) -> Int32 {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
+    process.standardOutput = FileHandle.nullDevice
     process.standardError = FileHandle.nullDevice
     guard (try? process.runSerially()) != nil else { return -1 }
     process.waitUntilExit()
