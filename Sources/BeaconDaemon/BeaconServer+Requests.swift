@@ -115,23 +115,20 @@ extension BeaconServer {
         return BatchReplies(envelope: envelope, id: id, count: count)
     }
 
-    private func failure(_ code: Refusal.Code, _ message: String, key: String = "") -> Refusal {
-        Refusal(code, message, key: key)
-    }
 
     private func checkPrefix(_ prefix: String) throws(Refusal) {
         if let problem = KeyPath.problem(prefix: prefix) {
-            throw failure(.invalidKey, "prefix: \(problem)", key: prefix)
+            throw Refusal(.invalidKey, "prefix: \(problem)", key: prefix)
         }
     }
 
     private func journalFailure(_ error: JournalError) -> Refusal {
         logger.error("journal read failed", metadata: ["error": "\(error)"])
-        return failure(.internal, error.description)
+        return Refusal(.internal, error.description)
     }
 
     private func compactedFailure(_ revision: UInt64) -> Refusal {
-        var rejection = failure(.compacted, "history at revision \(revision) was compacted (through \(pipeline.compactedRevision)); resync from a snapshot")
+        var rejection = Refusal(.compacted, "history at revision \(revision) was compacted (through \(pipeline.compactedRevision)); resync from a snapshot")
         rejection.compactedRevision = pipeline.compactedRevision
         return rejection
     }
@@ -153,9 +150,9 @@ extension BeaconServer {
             }
 
         case .get(let get):
-            if let problem = KeyPath.problem(key: get.key) { throw failure(.invalidKey, problem.description, key: get.key) }
+            if let problem = KeyPath.problem(key: get.key) { throw Refusal(.invalidKey, problem.description, key: get.key) }
             try checkRead(key: get.key)
-            guard let entry = store.live(get.key) else { throw failure(.notFound, "key '\(get.key)' does not exist", key: get.key) }
+            guard let entry = store.live(get.key) else { throw Refusal(.notFound, "key '\(get.key)' does not exist", key: get.key) }
             var result = Beacon_V1_GetReply()
             result.kv = try keyValue(get.key, entry)
             result.revision = store.headRevision
@@ -171,18 +168,8 @@ extension BeaconServer {
             store.forEach(prefix: list.prefix, after: list.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
-                if list.keysOnly {
-                    var kv = Beacon_V1_KeyValue()
-                    kv.key = key
-                    kv.version = entry.version
-                    kv.createRevision = entry.createRevision
-                    kv.modRevision = entry.modRevision
-                    kv.expiresAtMs = entry.expiresAtMilliseconds
-                    result.kvs.append(kv)
-                    return true
-                }
                 do throws(Refusal) {
-                    result.kvs.append(try keyValue(key, entry))
+                    result.kvs.append(try keyValue(key, entry, includingValue: !list.keysOnly))
                 } catch {
                     failed = error
                     return false
@@ -202,7 +189,7 @@ extension BeaconServer {
             try checkRead(prefix: delta.prefix)
             if delta.sinceRevision < pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
             if delta.sinceRevision > store.headRevision {
-                throw failure(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
+                throw Refusal(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
             }
             let outgrown = delta.snapshotIfSmaller ? try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) : false
             if outgrown {
@@ -217,7 +204,7 @@ extension BeaconServer {
 
         case .history(let history):
             if history.exact {
-                if let problem = KeyPath.problem(key: history.prefix) { throw failure(.invalidKey, problem.description, key: history.prefix) }
+                if let problem = KeyPath.problem(key: history.prefix) { throw Refusal(.invalidKey, problem.description, key: history.prefix) }
                 try checkRead(key: history.prefix)
             } else {
                 try checkPrefix(history.prefix)
@@ -266,12 +253,12 @@ extension BeaconServer {
         case .keepAlive(let keepAlive):
             guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
             guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
-                throw failure(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
+                throw Refusal(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
             }
             // The peer's own session of that name: another's is out of its reach.
             let id = ownedByCurrentPeer(Array(keepAlive.session))
             guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
-                throw failure(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
+                throw Refusal(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
             }
             guard keepAlive.ttlMs > 0 else {
                 // Ended now: its keys go in one revision, which this reply waits for.
@@ -329,7 +316,7 @@ extension BeaconServer {
             if let failed { throw failed }
             return result
         }
-        if request.revision > head { throw failure(.futureRevision, "revision \(request.revision) is above head \(head)") }
+        if request.revision > head { throw Refusal(.futureRevision, "revision \(request.revision) is above head \(head)") }
         if request.revision < pipeline.compactedRevision { throw compactedFailure(request.revision) }
         var entries: [JournalEntry]
         do {
@@ -384,9 +371,9 @@ extension BeaconServer {
     }
 
     /// A stored entry as a wire key-value; a value that does not decode is an `INTERNAL` error, logged.
-    func keyValue(_ key: String, _ entry: SignalStore.Entry) throws(Refusal) -> Beacon_V1_KeyValue {
+    func keyValue(_ key: String, _ entry: SignalStore.Entry, includingValue: Bool = true) throws(Refusal) -> Beacon_V1_KeyValue {
         do {
-            return try StoredValueCodec.keyValue(key, entry)
+            return try StoredValueCodec.keyValue(key, entry, includingValue: includingValue)
         } catch {
             throw undecodable(error)
         }
@@ -404,17 +391,14 @@ extension BeaconServer {
     private func undecodable(_ error: UndecodableValue) -> Refusal {
         logger.error("a stored value does not decode; the journal may be damaged", metadata: [
             "key": "\(error.key)", "revision": "\(error.revision)", "error": "\(error.reason)"])
-        return failure(.internal, error.description, key: error.key)
+        return Refusal(.internal, error.description, key: error.key)
     }
 
     // MARK: Replies
 
+    /// Refuses request `id` with `code` and `message`.
     func reject(_ route: ReplyRoute, _ id: UInt64, _ code: Refusal.Code, _ message: String) {
-        counters.rejected += 1
-        var reply = Beacon_V1_Reply()
-        reply.id = id
-        reply.error = Refusal(code, message).wire(headRevision: store.headRevision)
-        send(reply, to: route)
+        refuse(id, Refusal(code, message), route: route)
     }
 
     /// Answers with `reply` once the state it was decided against is durable, in request order.

@@ -289,7 +289,8 @@ extension BeaconServer {
             if ttl > WireLimits.maxTTLMilliseconds {
                 throw refusal(.invalidArgument, "ttl_ms is \(ttl); the limit is \(WireLimits.maxTTLMilliseconds)")
             }
-            if !session.isEmpty { try checkSessionLimit(ownedByCurrentPeer(session)) }
+            let ownedSession = session.isEmpty ? session : ownedByCurrentPeer(session)
+            if !ownedSession.isEmpty { try checkSessionLimit(ownedSession) }
             if createOnly && current != nil {
                 throw refusal(.alreadyExists, "key '\(key)' already exists (version \(version))", current: version)
             }
@@ -301,7 +302,7 @@ extension BeaconServer {
                 revision: revision, part: part, parts: UInt32(ops.count), kind: .put, key: key, value: encoded,
                 version: version + 1, createRevision: createRevision,
                 expiresAtMilliseconds: ttl > 0 ? now + ttl : 0, timestampMilliseconds: now, writeID: operationWriteID,
-                session: session.isEmpty ? session : ownedByCurrentPeer(session))
+                session: ownedSession)
         case .delete:
             guard current != nil else {
                 throw refusal(.notFound, "key '\(key)' does not exist")
@@ -410,16 +411,23 @@ extension BeaconServer {
     /// Publishes the diffs of one revision's changes, and its commit marker if it has several.
     private func publish(_ changes: [JournalChange]) {
         let epoch = pipeline.epoch
-        let narrow: (([Beacon_V1_PrefixMark], String) -> [Beacon_V1_PrefixMark])? = access.policy.isEnabled
-            ? { [access] marks, key in access.marks(marks, everyReaderOf: key) } : nil
-        let (touched, failures) = publisher.publishDiffs(changes, epoch: epoch, narrow: narrow)
-        for (topic, error) in failures { logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"]) }
+        // The keys are listed only when a prefix is sequenced: most daemons sequence none most of the time.
+        var marks = publisher.tracker.record(revision: changes[0].revision, keys: publisher.tracker.isEmpty ? [] : changes.map(\.key))
+        if access.policy.isEnabled {
+            // Only what every reader of the key may read (the commit marker goes out per scope).
+            for index in marks.perChange.indices where !marks.perChange[index].isEmpty {
+                marks.perChange[index] = access.marks(marks.perChange[index], everyReaderOf: changes[index].key)
+            }
+        }
+        for (topic, error) in publisher.publishDiffs(changes, epoch: epoch, marks: marks.perChange) {
+            logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+        }
         if changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
             marker.epoch = epoch
             marker.revision = changes[0].revision
             marker.parts = UInt32(changes.count)
-            marker.marks = touched
+            marker.marks = marks.touched
             publishCommitMarkers(marker)
         }
     }

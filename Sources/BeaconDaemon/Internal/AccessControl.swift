@@ -41,10 +41,8 @@ struct AccessControl {
     mutating func reload(policy: AccessPolicy, limits: DaemonLimits) -> Bool {
         self.policy = policy
         self.limits = limits
-        var rightsChanged = false
-        for (userID, before) in grants {
-            let now = Peer(userID: userID).flatMap { peer in policy.rights(of: peer, groups: Self.groups(of: peer)) }
-            if now != before { rightsChanged = true }
+        let rightsChanged = grants.contains { userID, before in
+            Peer(userID: userID).flatMap { peer in policy.rights(of: peer, groups: Self.groups(of: peer)) } != before
         }
         grants.removeAll()
         buckets.removeAll()

@@ -117,19 +117,10 @@ final class Publisher {
     // MARK: Publishing
 
     /// Publishes the diffs of one revision's changes, encoded straight into the frames libzmq
-    /// sends; `narrow` may leave marks out of a change's diff (for readers of other scopes).
-    /// - Returns: the marks of every sequenced prefix the revision touched, for its commit marker,
-    ///   and the topics whose publication failed.
+    /// sends, each with its sequencing marks (from ``tracker``; none when nothing is sequenced).
+    /// - Returns: the topics whose publication failed.
     func publishDiffs(_ changes: [JournalChange], epoch: UInt64,
-                      narrow: ((_ marks: [Beacon_V1_PrefixMark], _ key: String) -> [Beacon_V1_PrefixMark])?)
-        -> (touched: [Beacon_V1_PrefixMark], failures: [(topic: String, error: ZMQError)]) {
-        let revision = changes[0].revision
-        var marks = tracker.record(revision: revision, keys: tracker.isEmpty ? [] : changes.map(\.key))
-        if let narrow {
-            for index in marks.perChange.indices where !marks.perChange[index].isEmpty {
-                marks.perChange[index] = narrow(marks.perChange[index], changes[index].key)
-            }
-        }
+                      marks: [[Beacon_V1_PrefixMark]]) -> [(topic: String, error: ZMQError)] {
         var failures: [(topic: String, error: ZMQError)] = []
         for index in changes.indices {
             let key = changes[index].key
@@ -140,14 +131,14 @@ final class Publisher {
                     version: changes[index].version, createRevision: changes[index].createRevision,
                     expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
                     timestampMilliseconds: changes[index].timestampMilliseconds,
-                    marks: marks.perChange.isEmpty ? [] : marks.perChange[index]
+                    marks: marks.isEmpty ? [] : marks[index]
                 ) { (count, fill) throws(ZMQError) -> Bool in try send(topic: key, count: count, fill: fill) }
                 published += 1
             } catch {
                 failures.append((key, error))
             }
         }
-        return (marks.touched, failures)
+        return failures
     }
 
     /// Publishes `body` on `topic`.

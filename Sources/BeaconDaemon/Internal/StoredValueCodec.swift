@@ -14,10 +14,11 @@ struct UndecodableValue: Error, CustomStringConvertible {
 /// What the daemon keeps (store entries, journaled changes) as wire messages. The journal and the
 /// store hold values as the encoded bytes a client sent; they are decoded again here only.
 enum StoredValueCodec {
-    static func keyValue(_ key: String, _ entry: SignalStore.Entry) throws(UndecodableValue) -> Beacon_V1_KeyValue {
+    /// A stored entry as a wire key-value; without `includingValue`, its value is not decoded.
+    static func keyValue(_ key: String, _ entry: SignalStore.Entry, includingValue: Bool = true) throws(UndecodableValue) -> Beacon_V1_KeyValue {
         var kv = Beacon_V1_KeyValue()
         kv.key = key
-        kv.value = try value(entry.value, key: key, revision: entry.modRevision)
+        if includingValue { kv.value = try value(entry.value, key: key, revision: entry.modRevision) }
         kv.version = entry.version
         kv.createRevision = entry.createRevision
         kv.modRevision = entry.modRevision

@@ -43,8 +43,6 @@ final class WritePipeline {
     var compactedRevision: UInt64 { storage.compactedRevision }
     var sizeInBytes: UInt64 { storage.sizeInBytes }
     var isCompacting: Bool { storage.isCompacting }
-    /// Whether a batch is being journaled now.
-    var isCommitting: Bool { commits.inFlight }
 
     /// Adds a write, already applied to the store, to the next batch.
     func stage(_ write: consuming StagedWrite) {
