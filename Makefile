@@ -127,6 +127,9 @@ install: release man completions
 	install -m 0644 .build/completions/beacon.bash "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/beacon"; \
 	install -m 0644 .build/completions/beacon.zsh "$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_beacon"; \
 	install -m 0644 .build/completions/beacon.fish "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/beacon.fish"; \
+	install -d "$(DESTDIR)$(PREFIX)/share/doc/beacon/docs"; \
+	install -m 0644 README.md "$(DESTDIR)$(PREFIX)/share/doc/beacon/"; \
+	install -m 0644 docs/*.md "$(DESTDIR)$(PREFIX)/share/doc/beacon/docs/"; \
 	echo "installed into $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc, $(DESTDIR)/usr/lib"
 
 proto:

@@ -79,7 +79,7 @@ let package = Package(
             "BeaconSignals",
             .product(name: "OpenCombine", package: "OpenCombine"),
         ]),
-        // The README's example: a computed over two remote signals, printed from an effect.
+        // The client library's example (docs/CLIENT.md): a computed over two remote signals, printed from an effect.
         .executableTarget(name: "beacon-example", dependencies: ["Beacon"]),
         // A client process the end-to-end tests start, freeze and read.
         .executableTarget(name: "beacon-client-probe", dependencies: ["Beacon"], path: "Tests/ClientProbe"),

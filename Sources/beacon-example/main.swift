@@ -1,4 +1,4 @@
-// The README's example: a process that derives a value from two remote signals and prints it
+// The client library's example (docs/CLIENT.md): a process that derives a value from two remote signals and prints it
 // from an effect whenever another process (`beacon set demo.width 4`) changes them.
 import Beacon
 import Foundation
