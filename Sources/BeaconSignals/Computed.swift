@@ -11,7 +11,8 @@ public final class Computed<Value>: Signal<Value> {
     /// Not optional: reading an optional closure through generic code re-abstracts it, which
     /// allocates on every evaluation. A `let`, so that calling it needs no retain of its context.
     @usableFromInline let compute: (Computed<Value>) -> Bool
-    /// For computeds over `Result`: the value a cycle produces instead of trapping.
+    /// For computeds over `Result`: the value a cycle produces instead of trapping; it also
+    /// records the read (see `trackCycleRead`).
     @exclusivity(unchecked) @usableFromInline var cycleValue: (() -> Value)?
     /// Declared last, so destroyed last (Swift destroys stored properties in declaration order,
     /// after every `deinit` body): it drains the releases this computed queued, see `deinit`.
@@ -70,10 +71,18 @@ public final class Computed<Value>: Signal<Value> {
     /// The current value, recomputed first if a dependency changed, read without tracking.
     @inlinable
     public override func peek() -> Value {
-        bringUpToDate(ReactiveContext.current) ?? cached.unsafelyUnwrapped
+        let context = ReactiveContext.current
+        if !context.isUpToDate(node) {
+            if flags & NodeFlags.computing != 0, let cycleValue {
+                return untracked(cycleValue)
+            }
+            context.refresh(node)
+        }
+        return cached.unsafelyUnwrapped
     }
 
-    /// Recomputes if needed; returns the cycle value when a fallible computed reads itself.
+    /// Recomputes if needed; returns the cycle value when a throwing computed is read while it
+    /// computes (or is being validated). `refresh` traps on a cycle through any other computed.
     @inlinable @inline(__always)
     func bringUpToDate(_ context: ReactiveContext) -> Value? {
         if !context.isUpToDate(node) {
@@ -83,6 +92,15 @@ public final class Computed<Value>: Signal<Value> {
             context.refresh(node)
         }
         return nil
+    }
+
+    /// Records a read of this computed while it computes: the running evaluation depends on it
+    /// like on any other read (unless it is this computed itself), so that its next value
+    /// reaches the reader once the cycle breaks.
+    func trackCycleRead(_ context: ReactiveContext) {
+        if let sub = context.activeSub, sub != node {
+            context.track(node, by: sub)
+        }
     }
 
     @usableFromInline
@@ -182,14 +200,25 @@ func fallibleComputed<Value>(
     let node = Computed<Result<Value, any Error>>.make(
         { Result { try body() } },
         equals: { old, new in
-            // Errors always propagate; successes compare by `equals`.
-            guard let equals, case .success(let a) = old, case .success(let b) = new else { return false }
-            return equals(a, b)
+            // Errors always propagate, but for a cycle that stands: `.cycle` again is no change,
+            // so that a standing cycle settles. Successes compare by `equals`.
+            switch (old, new) {
+            case (.success(let a), .success(let b)):
+                guard let equals else { return false }
+                return equals(a, b)
+            case (.failure(let a as SignalError), .failure(let b as SignalError)):
+                return a.code == .cycle && b.code == .cycle
+            default:
+                return false
+            }
         }
     )
-    node.cycleValue = {
-        .failure(SignalError(.cycle, "a computed signal read itself while computing its value"))
+    node.cycleValue = { [unowned(unsafe) node] in
+        // Runs only while `node` computes, so it is alive.
+        node.trackCycleRead(ReactiveContext.current)
+        return .failure(SignalError(.cycle, "a computed signal read itself while computing its value"))
     }
+    node.flags |= NodeFlags.fallible
     return node
 }
 

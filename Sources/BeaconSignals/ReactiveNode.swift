@@ -60,7 +60,8 @@ enum NodeFlags {
     @usableFromInline static let effect: UInt32 = 1 << 1
     /// A watched node that may be out of date.
     @usableFromInline static let stale: UInt32 = 1 << 2
-    /// The node is evaluating right now (cycle detection).
+    /// The node is evaluating right now, or being validated by `refresh`: reading it now is a
+    /// cycle (it depends on whatever reads it).
     @usableFromInline static let computing: UInt32 = 1 << 3
     /// An effect waiting in the flush queue.
     @usableFromInline static let queued: UInt32 = 1 << 4
@@ -68,6 +69,12 @@ enum NodeFlags {
     @usableFromInline static let disposed: UInt32 = 1 << 5
     /// A computed that has a value (has been evaluated at least once).
     @usableFromInline static let evaluated: UInt32 = 1 << 6
+    /// A computed over `Result` (a throwing computed): read while computing, it gives
+    /// `SignalError.Code.cycle` instead of trapping.
+    @usableFromInline static let fallible: UInt32 = 1 << 7
+    /// A computed that became watched while computing (read in a cycle), waiting in
+    /// `deferredSubscriptions` to subscribe to its dependencies once done.
+    @usableFromInline static let subscribeWhenDone: UInt32 = 1 << 8
 
     @usableFromInline static let hasDependencies: UInt32 = computed | effect
 }

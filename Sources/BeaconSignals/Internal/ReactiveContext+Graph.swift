@@ -130,12 +130,19 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             }
             dep.lastSub = pending
             if !wasWatched && dep.flags & NodeFlags.computed != 0 {
-                // Newly watched, and up to date: subscriptions happen right after a read, which
-                // validated the node and everything it depends on. From now on writes upstream
-                // mark it stale. (Marking it stale here would break the rule that everything
-                // downstream of a stale node is stale too, and stop propagation short.)
-                dep.flags &= ~NodeFlags.stale
-                pointee.subscribeStack.append(dep)
+                if dep.flags & NodeFlags.computing != 0 {
+                    // Read in a cycle, in the middle of its own evaluation or validation: its
+                    // dependencies are not all validated yet. It subscribes to them when done.
+                    deferSubscriptions(of: dep)
+                } else {
+                    // Newly watched, and up to date: subscriptions happen right after a read,
+                    // which validated the node and everything it depends on. From now on writes
+                    // upstream mark it stale. (Marking it stale here would break the rule that
+                    // everything downstream of a stale node is stale too, and stop propagation
+                    // short.)
+                    dep.flags &= ~NodeFlags.stale
+                    pointee.subscribeStack.append(dep)
+                }
             }
             // Continue with the next not yet subscribed link of a newly watched node.
             var next: LinkRef?
@@ -154,6 +161,47 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             guard let next else { return }
             pending = next
         }
+    }
+
+    /// Holds back the subscriptions of a computed that became watched while computing (read in a
+    /// cycle) until it is done; `subscribeDeferred()` makes them.
+    private func deferSubscriptions(of node: NodeRef) {
+        if node.flags & NodeFlags.subscribeWhenDone != 0 {
+            return
+        }
+        node.flags |= NodeFlags.subscribeWhenDone
+        _ = node.object.retain()
+        pointee.deferredSubscriptions.append(node)
+    }
+
+    /// Subscribes each computed held back by `deferSubscriptions(of:)` that is done computing to
+    /// its dependencies, which its evaluation or validation has now brought up to date; unless it
+    /// lost its subscribers meanwhile. Those still computing wait for a later call.
+    @usableFromInline @inline(never)
+    func subscribeDeferred() {
+        var waiting: [NodeRef] = []
+        while !pointee.deferredSubscriptions.isEmpty {
+            let node = pointee.deferredSubscriptions.removeLast()
+            if node.flags & NodeFlags.computing != 0 {
+                waiting.append(node)
+                continue
+            }
+            node.flags &= ~NodeFlags.subscribeWhenDone
+            if node.firstSub != nil {
+                var link = node.firstDep
+                while let current = link {
+                    link = current.nextDep
+                    if !current.isSubscribed {
+                        subscribe(current)
+                    }
+                }
+            }
+            releaseLater(node)
+        }
+        for node in waiting {
+            pointee.deferredSubscriptions.append(node)
+        }
+        drainReleases()
     }
 
     /// Takes `link` out of its dependency's subscriber list; a computed that loses its last
@@ -256,11 +304,12 @@ extension UnsafeMutablePointer where Pointee == ContextState {
 
     // MARK: Pull
 
-    /// Whether `node` (a computed or effect) is certainly up to date.
+    /// Whether `node` (a computed or effect) is certainly up to date. A node that is computing
+    /// or being validated is not: reading it now is a cycle.
     @inlinable @inline(__always)
     func isUpToDate(_ node: NodeRef) -> Bool {
         let flags = node.flags
-        if flags & NodeFlags.evaluated == 0 {
+        if flags & (NodeFlags.evaluated | NodeFlags.computing) != NodeFlags.evaluated {
             return false
         }
         if node.firstSub != nil || flags & NodeFlags.effect != 0 {
@@ -271,6 +320,10 @@ extension UnsafeMutablePointer where Pointee == ContextState {
 
     /// Brings `root` (a computed or an effect) up to date, recomputing it and whatever it depends
     /// on only where a dependency's value really changed. Iterative: deep graphs use no stack.
+    ///
+    /// The nodes being validated are marked `computing`, like those being evaluated: meeting
+    /// one again among the dependencies is a cycle. A throwing computed met that way counts as
+    /// changed, so that its reader recomputes and reads it, and gets `.cycle`; any other traps.
     @usableFromInline
     func refresh(_ root: NodeRef) {
         if isUpToDate(root) {
@@ -281,25 +334,36 @@ extension UnsafeMutablePointer where Pointee == ContextState {
         }
         if root.flags & NodeFlags.evaluated == 0 {
             evaluate(root)
+            if !pointee.deferredSubscriptions.isEmpty {
+                subscribeDeferred()
+            }
             return
         }
         let base = pointee.validationStack.count
         var node = root
+        node.flags |= NodeFlags.computing
         var link = node.firstDep
         while true {
-            if let current = link {
+            validate: if let current = link {
                 let dep = current.dep
                 if dep.flags & NodeFlags.hasDependencies != 0 && !isUpToDate(dep) {
-                    if dep.flags & NodeFlags.computing != 0 {
-                        cycleDetected()
-                    }
-                    if dep.flags & NodeFlags.evaluated != 0 {
+                    let flags = dep.flags
+                    if flags & (NodeFlags.computing | NodeFlags.evaluated) == NodeFlags.evaluated {
+                        dep.flags = flags | NodeFlags.computing
                         pointee.validationStack.append(current)
                         node = dep
                         link = dep.firstDep
                         continue
                     }
-                    evaluate(dep)
+                    if flags & NodeFlags.computing == 0 {
+                        evaluate(dep)
+                    } else if flags & NodeFlags.fallible == 0 {
+                        cycleDetected()
+                    } else {
+                        // A cycle through a throwing computed: recomputing `node` reads it.
+                        _ = recompute(node)
+                        break validate
+                    }
                 }
                 if dep.version == current.depVersion {
                     link = current.nextDep
@@ -311,6 +375,9 @@ extension UnsafeMutablePointer where Pointee == ContextState {
             }
             // `node` is up to date: go back to the link that led to it.
             if pointee.validationStack.count == base {
+                if !pointee.deferredSubscriptions.isEmpty {
+                    subscribeDeferred()
+                }
                 return
             }
             let parent = pointee.validationStack.removeLast()
@@ -323,7 +390,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
     func markClean(_ node: NodeRef) {
         // No `noteSettle()`: a node validated without recomputing read every dependency at its
         // current version, so it last evaluated (which counted) after any write to them.
-        node.flags &= ~NodeFlags.stale
+        node.flags &= ~(NodeFlags.stale | NodeFlags.computing)
         node.verifiedEpoch = epoch
     }
 

@@ -89,6 +89,9 @@ struct ContextState {
     var propagationStack = ScratchList<LinkRef>()
     /// Scratch stack for subscribing newly watched computeds.
     var subscribeStack = ScratchList<NodeRef>()
+    /// Computeds that became watched while computing (read in a cycle), each retained; they
+    /// subscribe to their dependencies once done (`subscribeDeferred()`).
+    var deferredSubscriptions = ScratchList<NodeRef>()
     /// Nodes that stopped being watched and must unsubscribe from their own dependencies.
     var unwatchQueue = ScratchList<NodeRef>()
     /// Objects whose release is deferred so that freeing a long chain never recurses deeply.
@@ -160,6 +163,7 @@ extension UnsafeMutablePointer where Pointee == ContextState {
         context.pointee.validationStack.deallocate()
         context.pointee.propagationStack.deallocate()
         context.pointee.subscribeStack.deallocate()
+        context.pointee.deferredSubscriptions.deallocate()
         context.pointee.queuedEffects.deallocate()
         context.pointee.unwatchQueue.deallocate()
         context.pointee.releaseQueue.deallocate()
