@@ -8,13 +8,14 @@ RUN_DIR ?= $(CURDIR)/.run
 # faketime for the tests of the unit's system calls and of wall-clock steps.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux
 
-.PHONY: help deps build release run test test-race bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
 	@echo "make run           build, start beacond on embedded defaults, show it working"
 	@echo "make test          run every test (the command CI runs)"
 	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
+	@echo "make soak-core     the reactive core against its reference model, 100,000 random graphs"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
@@ -59,6 +60,14 @@ test: deps
 # into timeouts.
 test-race: deps
 	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
+
+# The reactive core's reference-model test on 100,000 random graphs (6,000,000 steps; `make test`
+# runs 1,000). SOAK_BASE picks another range of seeds.
+SOAK_GRAPHS ?= 100000
+SOAK_BASE ?= 1000000
+soak-core: deps
+	$(SWIFT) build --build-tests
+	BEACON_MODEL_GRAPHS=$(SOAK_GRAPHS) BEACON_MODEL_BASE=$(SOAK_BASE) $(SWIFT) test --skip-build --filter ReferenceModelTests
 
 bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash
 
