@@ -8,9 +8,9 @@ extension Beacon {
         static let configuration = CommandConfiguration(
             abstract: "Load the running daemon like redis-benchmark: pipelined write throughput and write latency percentiles.",
             discussion: """
-                Writes under --prefix (default bench.) to the daemon found like every other command: \\
-                first --writes puts with --window in flight (throughput), then --samples puts one at \\
-                a time (latency from request to reply, which includes the journal commit). The keys \\
+                Writes under --prefix (default bench.) to the daemon found like every other command: \
+                first --writes puts with --window in flight (throughput), then --samples puts one at \
+                a time (latency from request to reply, which includes the journal commit). The keys \
                 stay in the journal; delete them or use a scratch daemon.
                 """)
         @OptionGroup var connection: Connection

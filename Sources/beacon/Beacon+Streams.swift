@@ -8,10 +8,11 @@ extension Beacon {
         static let configuration = CommandConfiguration(
             abstract: "Publish writes read from standard input, as fast as the daemon accepts them.",
             discussion: """
-                Each line is either KEY VALUE (the value JSON if it parses, else the rest of the line as \\
-                a string) or a JSON object {"key": …, "value": …}, or {"key": …, "op": "delete"} — the \\
-                form `beacon replay` prints. Lines are sent in order with up to --window in flight. \\
-                A line the daemon refuses (or that does not parse) is reported on stderr with its \\
+                Each line is either KEY VALUE (the value JSON if it parses, else the rest of the line as \
+                a string; text starting with {, [ or " must be valid JSON, and an integer must fit in \
+                64 bits) or a JSON object {"key": …, "value": …}, or {"key": …, "op": "delete"} — the \
+                form `beacon replay` prints. Lines are sent in order with up to --window in flight. \
+                A line the daemon refuses (or that does not parse) is reported on stderr with its \
                 number; the others still go. At the end a summary says what was committed.
                 """)
         @OptionGroup var connection: Connection
@@ -80,15 +81,25 @@ extension Beacon {
         /// The write one input line asks for.
         static func parse(_ line: String) -> Result<Beacon_V1_Request.OneOf_Op, LineProblem> {
             if line.first == "{" {
-                guard let data = line.data(using: .utf8),
-                      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-                    return .failure(LineProblem(message: "not a JSON object"))
+                let record: Beacon_V1_Value
+                do {
+                    record = try ValueJSON.parse(line)
+                } catch {
+                    return .failure(LineProblem(message: "not a JSON object: \(error)"))
                 }
-                guard let key = object["key"] as? String else { return .failure(LineProblem(message: "no \"key\" string")) }
-                switch object["op"] as? String ?? "put" {
+                guard case .mapValue(let fields)? = record.kind else { return .failure(LineProblem(message: "not a JSON object")) }
+                guard case .stringValue(let key)? = fields.entries["key"]?.kind else {
+                    return .failure(LineProblem(message: "no \"key\" string"))
+                }
+                var op = "put"
+                if let given = fields.entries["op"] {
+                    guard case .stringValue(let name)? = given.kind else { return .failure(LineProblem(message: "\"op\" is not a string")) }
+                    op = name
+                }
+                switch op {
                 case "put":
-                    guard let value = object["value"] else { return .failure(LineProblem(message: "no \"value\" for \(key)")) }
-                    return .success(.put(.with { $0.key = key; $0.value = Beacon_V1_Value(jsonObject: value) }))
+                    guard let value = fields.entries["value"] else { return .failure(LineProblem(message: "no \"value\" for \(key)")) }
+                    return .success(.put(.with { $0.key = key; $0.value = value }))
                 case "delete", "expire":
                     return .success(.delete(.with { $0.key = key }))
                 case let other:
@@ -98,8 +109,12 @@ extension Beacon {
             let parts = line.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
             guard parts.count == 2 else { return .failure(LineProblem(message: "expected KEY VALUE")) }
             let text = String(parts[1])
-            let value = Beacon_V1_Value(json: text) ?? .with { $0.stringValue = text }
-            return .success(.put(.with { $0.key = String(parts[0]); $0.value = value }))
+            do {
+                let value = try ValueJSON.parseLenient(text)
+                return .success(.put(.with { $0.key = String(parts[0]); $0.value = value }))
+            } catch {
+                return .failure(LineProblem(message: "not valid JSON: \(error)"))
+            }
         }
     }
 
@@ -107,10 +122,11 @@ extension Beacon {
         static let configuration = CommandConfiguration(
             abstract: "Re-emit a range of the journal as a change stream (JSON lines `beacon pub` reads).",
             discussion: """
-                Prints every change under PREFIX with --from <= revision <= --to, in order, one JSON \\
-                object per line: revision, part, parts, key, op (put, delete, expire), version and, \\
-                for puts, value. Pipe it into `beacon pub` (of another daemon) to apply the same \\
-                changes there; bytes values travel as base64 strings.
+                Prints every change under PREFIX with --from <= revision <= --to, in order, one JSON \
+                object per line: revision, part, parts, key, op (put, delete, expire), version and, \
+                for puts, value. Pipe it into `beacon pub` (of another daemon) to apply the same \
+                changes there. Values keep their types: 1 is an int and 1.0 a double, and bytes \
+                travel as {"$bytes": "<base64>"}.
                 """)
         @OptionGroup var connection: Connection
         @Argument(help: "The prefix (default: every key).") var prefix: String = ""
@@ -119,13 +135,9 @@ extension Beacon {
 
         func run() throws {
             connection.forEachChange(of: prefix, exact: false, from: from, to: to) { event in
-                let data = (try? JSONSerialization.data(withJSONObject: eventObject(event), options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-                writeLine(String(decoding: data, as: UTF8.self))
+                writeLine(jsonLine(eventObject(event)))
             }
         }
     }
 }
 
-func warn(_ message: String) {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
-}

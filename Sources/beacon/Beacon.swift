@@ -159,12 +159,7 @@ struct Connection: ParsableArguments {
     }
 
     func print(_ object: [String: Any], text: String) {
-        if json {
-            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-            writeLine(String(decoding: data, as: UTF8.self))
-        } else {
-            writeLine(text)
-        }
+        writeLine(json ? jsonLine(object) : text)
     }
 }
 
@@ -184,21 +179,78 @@ func writeLine(_ line: String) {
     bytes.removeAll()
 }
 
+/// Writes one line to standard error. A reader that went away ends the command with exit code
+/// 74, like a closed standard output: there is no one left to tell.
+func warn(_ message: String) {
+    let bytes = Array((message + "\n").utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress! + offset, $0.count - offset) }
+        if written < 0 {
+            if errno == EINTR { continue }
+            exit(ExitCode32.outputClosed)
+        }
+        offset += written
+    }
+}
+
 func die(_ message: String, code: Int32) -> Never {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
+    warn(message)
     exit(code)
 }
 
+/// One JSON object per line, keys sorted; signal values by `ValueJSON`'s rules, so that they
+/// read back with their types.
+func jsonLine(_ object: [String: Any]) -> String {
+    var output = ""
+    appendJSON(object, to: &output)
+    return output
+}
+
+private func appendJSON(_ any: Any, to output: inout String) {
+    switch any {
+    case let value as Beacon_V1_Value: ValueJSON.write(value, to: &output)
+    case let string as String: ValueJSON.writeString(string, to: &output)
+    case let bool as Bool: output += bool ? "true" : "false"
+    case let int as Int: output += String(int)
+    case let int as Int64: output += String(int)
+    case let int as UInt64: output += String(int)
+    case let int as UInt32: output += String(int)
+    case let int as Int32: output += String(int)
+    case let double as Double: output += double.isFinite ? String(double) : "null"
+    case let object as [String: Any]:
+        output += "{"
+        for (index, key) in object.keys.sorted().enumerated() {
+            if index > 0 { output += "," }
+            ValueJSON.writeString(key, to: &output)
+            output += ":"
+            appendJSON(object[key]!, to: &output)
+        }
+        output += "}"
+    case let array as [Any]:
+        output += "["
+        for (index, item) in array.enumerated() {
+            if index > 0 { output += "," }
+            appendJSON(item, to: &output)
+        }
+        output += "]"
+    default:
+        ValueJSON.writeString(String(describing: any), to: &output)
+    }
+}
+
+/// The record of a key's current value, in the shape of a change: `op` is `put` and `revision`
+/// the revision that wrote the value.
 func keyValueObject(_ kv: Beacon_V1_KeyValue) -> [String: Any] {
-    ["key": kv.key, "value": kv.value.jsonObject, "version": kv.version, "create_revision": kv.createRevision,
-     "mod_revision": kv.modRevision]
+    ["key": kv.key, "op": "put", "revision": kv.modRevision, "value": kv.value, "version": kv.version,
+     "create_revision": kv.createRevision, "mod_revision": kv.modRevision]
 }
 
 func eventObject(_ event: Beacon_V1_Event) -> [String: Any] {
     var object: [String: Any] = ["revision": event.revision, "key": event.change.key,
                                  "op": event.change.kind == .put ? "put" : event.change.kind == .delete ? "delete" : "expire",
                                  "version": event.change.version, "part": event.part, "parts": event.parts]
-    if event.change.kind == .put { object["value"] = event.change.value.jsonObject }
+    if event.change.kind == .put { object["value"] = event.change.value }
     return object
 }
 
@@ -215,25 +267,43 @@ extension Beacon {
         static let configuration = CommandConfiguration(abstract: "Write a value (JSON if it parses as JSON, else a string).")
         @OptionGroup var connection: Connection
         @Argument(help: "The key, e.g. net.wifi.ssid.") var key: String
-        @Argument(help: "The value: JSON (1, true, {\"a\":1}) or any other text as a string.") var value: String
-        @Option(name: .long, help: ArgumentHelp("Force the type: json, string, int, double, bool, null.", valueName: "type")) var type: String?
+        @Argument(help: "The value: JSON (1, 1.0, true, {\"a\":1}) or any other text as a string; - reads it from standard input.") var value: String
+        @Option(name: .long, help: ArgumentHelp("Force the type: json, string, int, double, bool, null, bytes (base64; raw with -).", valueName: "type")) var type: String?
         @Option(name: .long, help: ArgumentHelp("Write only if the key is at this version (0: absent).", valueName: "n")) var ifVersion: UInt64?
         @Flag(name: .long, help: "Write only if the key does not exist.") var create = false
         @Option(name: .long, help: ArgumentHelp("Delete the key after this many milliseconds.", valueName: "ms")) var ttl: UInt64 = 0
 
         func run() throws {
+            let fromInput = value == "-"
+            let raw: [UInt8] = fromInput ? readStandardInput() : Array(value.utf8)
+            var text = String(decoding: raw, as: UTF8.self)
+            if fromInput && type != "string" && text.hasSuffix("\n") { text.removeLast() }
             let parsed: Beacon_V1_Value?
             switch type {
-            case nil: parsed = Beacon_V1_Value(json: value) ?? .with { $0.stringValue = value }
-            case "json": parsed = Beacon_V1_Value(json: value)
-            case "string": parsed = .with { $0.stringValue = value }
-            case "int": parsed = Int64(value).map { v in .with { $0.intValue = v } }
-            case "double": parsed = Double(value).map { v in .with { $0.doubleValue = v } }
-            case "bool": parsed = Bool(value).map { v in .with { $0.boolValue = v } }
+            case nil:
+                do {
+                    parsed = try ValueJSON.parseLenient(text)
+                } catch {
+                    die("beacon: '\(text)' is not valid JSON: \(error) (--type string stores the text as it is)",
+                        code: ExitCode32.invalidInput)
+                }
+            case "json":
+                do {
+                    parsed = try ValueJSON.parse(text)
+                } catch {
+                    die("beacon: '\(text)' is not valid JSON: \(error)", code: ExitCode32.invalidInput)
+                }
+            case "string": parsed = .with { $0.stringValue = text }
+            case "int": parsed = Int64(text).map { v in .with { $0.intValue = v } }
+            case "double": parsed = Double(text).map { v in .with { $0.doubleValue = v } }
+            case "bool": parsed = Bool(text).map { v in .with { $0.boolValue = v } }
             case "null": parsed = .with { $0.nullValue = .nullValue }
-            default: die("beacon: unknown --type '\(type!)' (json, string, int, double, bool, null)", code: ExitCode32.usage)
+            case "bytes":
+                let bytes = fromInput ? Data(raw) : Data(base64Encoded: text)
+                parsed = bytes.map { v in .with { $0.bytesValue = v } }
+            default: die("beacon: unknown --type '\(type!)' (json, string, int, double, bool, null, bytes)", code: ExitCode32.usage)
             }
-            guard let parsed else { die("beacon: '\(value)' is not a valid \(type ?? "value")", code: ExitCode32.invalidInput) }
+            guard let parsed else { die("beacon: '\(text)' is not a valid \(type ?? "value")", code: ExitCode32.invalidInput) }
             let reply = connection.run { (client) throws(WireError) in
                 try client.put(key, parsed, ifVersion: ifVersion, createOnly: create, ttlMilliseconds: ttl,
                                timeoutMilliseconds: connection.timeout)
@@ -287,6 +357,12 @@ extension Beacon {
             discussion: """
                 With several prefixes the changes of all of them come as one stream in revision order \
                 (the daemon is followed at their common prefix and the rest is left out here).
+
+                When the watch cannot continue from where it was — the daemon's journal was replaced \
+                (a new epoch) or compacted past the watch's position while it was away — it prints a \
+                resync record (op "resync", with the revision and epoch it continues from), then a \
+                delete for every key that vanished meanwhile and a put for every key whose value \
+                changed, all marked "resync": true, and goes on from there.
                 """,
             aliases: ["sub"])
         @OptionGroup var connection: Connection
@@ -308,6 +384,30 @@ extension Beacon {
                     printed += 1
                     return count.map { printed >= $0 } ?? false
                 }
+                // What this watch has shown, to tell what a resync changed.
+                var known = follower.state.filter { isWanted($0.key) }
+                var resyncsSeen = follower.resyncs
+                func showResync(at revision: UInt64) -> Bool {
+                    resyncsSeen = follower.resyncs
+                    let now = follower.state.filter { isWanted($0.key) }
+                    connection.print(["op": "resync", "revision": revision, "epoch": follower.epoch],
+                                     text: "resync at revision \(revision) (epoch \(follower.epoch)): the journal was replaced or compacted past this watch")
+                    for key in known.keys.sorted() where now[key] == nil {
+                        connection.print(["op": "delete", "key": key, "revision": revision, "resync": true],
+                                         text: "\(revision) \(key) deleted (resync)")
+                        printed += 1
+                        if let count, printed >= count { return true }
+                    }
+                    for key in now.keys.sorted() where now[key] != known[key] {
+                        var record = keyValueObject(now[key]!)
+                        record["resync"] = true
+                        connection.print(record, text: "\(key) = \(now[key]!.value.jsonText) (resync)")
+                        printed += 1
+                        if let count, printed >= count { return true }
+                    }
+                    known = now
+                    return false
+                }
                 if let from {
                     var start = from
                     while start <= follower.through {
@@ -324,9 +424,24 @@ extension Beacon {
                 if let count, printed >= count { return }
                 while true {
                     guard let update = try follower.next(timeoutMilliseconds: 1000) else { continue }
-                    guard case .revision(let events) = update else { continue }
-                    for event in events where event.revision >= (from ?? 0) {
-                        if show(event) { return }
+                    switch update {
+                    case .revision(let events):
+                        for event in events where isWanted(event.change.key) {
+                            let change = event.change
+                            known[change.key] = change.kind != .put ? nil : .with {
+                                $0.key = change.key
+                                $0.value = change.value
+                                $0.version = change.version
+                                $0.createRevision = change.createRevision
+                                $0.modRevision = event.revision
+                                $0.expiresAtMs = change.expiresAtMs
+                            }
+                        }
+                        for event in events where event.revision >= (from ?? 0) {
+                            if show(event) { return }
+                        }
+                    case .resynced(let revision):
+                        if follower.resyncs != resyncsSeen, showResync(at: revision) { return }
                     }
                 }
             }
@@ -408,5 +523,17 @@ extension Beacon {
             ]
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }
+    }
+}
+
+/// All of standard input, as bytes.
+func readStandardInput() -> [UInt8] {
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        if count <= 0 { return bytes }
+        bytes.append(contentsOf: buffer[..<count])
     }
 }

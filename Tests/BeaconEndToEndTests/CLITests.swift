@@ -1,3 +1,4 @@
+import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
@@ -240,5 +241,149 @@ struct CLITests {
         #expect(received.status == 0, "\(received.stderr)")
         #expect(try (0..<received.lines.count).map { try received.json($0)["key"] as? String } == ["net.a", "nfs.b", "nfs.e", "net.f"])
         #expect(try (0..<received.lines.count).map { try received.json($0)["revision"] as? Int } == [1, 2, 5, 6])
+    }
+    @Test func valuesKeepEveryTypeThroughReplayAndPub() async throws {
+        let dir = try temporaryDirectory()
+        let source = try DaemonProcess(runtimeDirectory: dir + "/a", stateDirectory: dir + "/as")
+        defer { source.stop() }
+        let target = try DaemonProcess(runtimeDirectory: dir + "/b", stateDirectory: dir + "/bs")
+        defer { target.stop() }
+        let lines = [
+            #"{"key":"t.int","value":1}"#,
+            #"{"key":"t.double","value":1.0}"#,
+            #"{"key":"t.exponent","value":1e300}"#,
+            #"{"key":"t.negative","value":-0.5}"#,
+            #"{"key":"t.min","value":-9223372036854775808}"#,
+            #"{"key":"t.bytes","value":{"$bytes":"AAEC/w=="}}"#,
+            #"{"key":"t.nan","value":{"$double":"NaN"}}"#,
+            #"{"key":"t.nested","value":{"list":[1,2.5,"3",{"$bytes":""}],"map":{"$map":{"$bytes":"not bytes"}}}}"#,
+            #"{"key":"t.text","value":"1"}"#,
+            #"{"key":"t.escapes","value":"a\"b\\c\n\u00e9\ud83d\ude00"}"#,
+            #"{"key":"t.bool","value":false}"#,
+            #"{"key":"t.null","value":null}"#,
+            "t.plain 2.0",
+        ]
+        let published = try await beacon(["pub"], input: lines.joined(separator: "\n") + "\n", runtimeDirectory: source.runtimeDirectory)
+        #expect(published.status == 0, "\(published.stderr)")
+        let replay = try await beacon(["replay", "t."], runtimeDirectory: source.runtimeDirectory)
+        #expect(replay.lines.count == lines.count)
+        let applied = try await beacon(["pub"], input: replay.stdout, runtimeDirectory: target.runtimeDirectory)
+        #expect(applied.status == 0, "\(applied.stderr)")
+        let from = try WireClient(runtimeDirectory: source.runtimeDirectory)
+        let to = try WireClient(runtimeDirectory: target.runtimeDirectory)
+        for key in ["t.int", "t.double", "t.exponent", "t.negative", "t.min", "t.bytes", "t.nested", "t.text", "t.escapes",
+                    "t.bool", "t.null", "t.plain"] {
+            #expect(try to.get(key).value == from.get(key).value, "\(key)")
+        }
+        #expect(try to.get("t.nan").value.doubleValue.isNaN)
+        // The types themselves, as the library sees them.
+        #expect(try from.get("t.int").value.kind == .intValue(1))
+        #expect(try from.get("t.double").value.kind == .doubleValue(1.0))
+        #expect(try from.get("t.plain").value.kind == .doubleValue(2.0))
+        #expect(try from.get("t.bytes").value.kind == .bytesValue(Data([0, 1, 2, 255])))
+        #expect(try from.get("t.text").value.kind == .stringValue("1"))
+        #expect(try from.get("t.nested").value.mapValue.entries["map"]?.mapValue.entries["$bytes"]?.stringValue == "not bytes")
+        // What `get` prints reads back as the same value.
+        let printed = try await beacon(["get", "t.nested"], runtimeDirectory: source.runtimeDirectory)
+        #expect(try ValueJSON.parse(printed.stdout.trimmingCharacters(in: .newlines)) == from.get("t.nested").value)
+        #expect(try await beacon(["get", "t.double"], runtimeDirectory: source.runtimeDirectory).stdout == "1.0\n")
+    }
+
+    @Test func setRefusesBrokenJSONAndOversizedIntegersAndReadsBytesAndStandardInput() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let broken = try await beacon(["set", "k.broken", #"{"a":1"#], runtimeDirectory: run)
+        #expect(broken.status == 65)
+        #expect(broken.stderr.contains("not valid JSON"))
+        let big = try await beacon(["set", "k.big", "12345678901234567890"], runtimeDirectory: run)
+        #expect(big.status == 65)
+        #expect(big.stderr.contains("does not fit in 64 bits"))
+        #expect(try await beacon(["get", "k.broken"], runtimeDirectory: run).status == 1)
+        #expect(try await beacon(["get", "k.big"], runtimeDirectory: run).status == 1)
+        // What the user asked for explicitly is stored as it is.
+        #expect(try await beacon(["set", "k.text", #"{"a":1"#, "--type", "string"], runtimeDirectory: run).status == 0)
+        let wire = try WireClient(runtimeDirectory: run)
+        #expect(try wire.get("k.text").value.kind == .stringValue(#"{"a":1"#))
+        #expect(try await beacon(["set", "k.big", "12345678901234567890", "--type", "double"], runtimeDirectory: run).status == 0)
+        #expect(try wire.get("k.big").value.kind == .doubleValue(12345678901234567890))
+        // Text that is not meant as JSON is a string, as before.
+        #expect(try await beacon(["set", "k.version", "1.2.3"], runtimeDirectory: run).status == 0)
+        #expect(try wire.get("k.version").value.kind == .stringValue("1.2.3"))
+        // Bytes from base64, and raw from standard input; a value from standard input.
+        #expect(try await beacon(["set", "k.bytes", "AAEC/w==", "--type", "bytes"], runtimeDirectory: run).status == 0)
+        #expect(try wire.get("k.bytes").value.kind == .bytesValue(Data([0, 1, 2, 255])))
+        #expect(try await beacon(["set", "k.raw", "-", "--type", "bytes"], input: "\u{1}\u{2}\n", runtimeDirectory: run).status == 0)
+        #expect(try wire.get("k.raw").value.kind == .bytesValue(Data([1, 2, 10])))
+        #expect(try await beacon(["set", "k.stdin", "-"], input: #"{"b":[1,2.5]}"# + "\n", runtimeDirectory: run).status == 0)
+        #expect(try wire.get("k.stdin").value.jsonText == #"{"b":[1,2.5]}"#)
+        #expect(try await beacon(["set", "k.bad", "AA*", "--type", "bytes"], runtimeDirectory: run).status == 65)
+        // pub refuses the same lines and applies the rest.
+        let pub = try await beacon(["pub"], input: "p.a {\"x\":\np.b 99999999999999999999\np.c 3\n", runtimeDirectory: run)
+        #expect(pub.status == 65)
+        #expect(pub.stderr.contains("line 1") && pub.stderr.contains("line 2"))
+        #expect(try wire.get("p.c").value.kind == .intValue(3))
+    }
+
+    @Test func aClosedPipeOnStandardErrorEndsPubWithExitCode74() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        // `beacon pub … 2>&1 | head -c 16`: every line is refused, so stderr carries the output.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacon"))
+        process.arguments = ["pub", "--runtime-dir", daemon.runtimeDirectory]
+        let out = Pipe(), input = Pipe()
+        process.standardOutput = out
+        process.standardError = out
+        process.standardInput = input
+        try process.runSerially()
+        // The feeder stops at the first failed write: once `beacon` exits, the pipe is closed.
+        signal(SIGPIPE, SIG_IGN)
+        let lines = Array(String(repeating: "no-value-on-this-line\n", count: 200_000).utf8)
+        let feeder = input.fileHandleForWriting
+        Thread.detachNewThread {
+            var offset = 0
+            while offset < lines.count {
+                let written = lines.withUnsafeBytes { write(feeder.fileDescriptor, $0.baseAddress! + offset, $0.count - offset) }
+                if written <= 0 { break }
+                offset += written
+            }
+            try? feeder.close()
+        }
+        _ = out.fileHandleForReading.readData(ofLength: 16)
+        try out.fileHandleForReading.close()
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 74)
+    }
+
+    @Test func watchReportsAResyncWithDeletesForWhatVanished() async throws {
+        let dir = try temporaryDirectory()
+        let run = dir + "/run"
+        // The journal that will replace the first one: w.keep written there, at other revisions.
+        let other = try DaemonProcess(runtimeDirectory: dir + "/prepare", stateDirectory: dir + "/state2")
+        _ = try await beacon(["pub"], input: "x.1 1\nw.keep 3\n", runtimeDirectory: other.runtimeDirectory)
+        #expect(other.stop() == 0)
+        var daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state1")
+        defer { daemon.stop() }
+        _ = try await beacon(["pub"], input: "w.a 1\nw.b 2\nw.keep 3\n", runtimeDirectory: run)
+        let watcher = Task { try await beacon(["watch", "w.", "--json", "--count", "3"], runtimeDirectory: run) }
+        let wire = try WireClient(runtimeDirectory: run)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        // The journal is replaced: a daemon on the other journal, the same sockets.
+        #expect(daemon.stop() == 0)
+        daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state2")
+        let watched = try await watcher.value
+        #expect(watched.status == 0, "\(watched.stderr)")
+        let records = try (0..<watched.lines.count).map { try watched.json($0) }
+        #expect(records.prefix(3).map { $0["key"] as? String } == ["w.a", "w.b", "w.keep"])
+        #expect(records.prefix(3).allSatisfy { $0["op"] as? String == "put" && $0["revision"] is Int })
+        #expect(records.dropFirst(3).first?["op"] as? String == "resync")
+        let after = records.dropFirst(4)
+        #expect(after.filter { $0["op"] as? String == "delete" }.compactMap { $0["key"] as? String }.sorted() == ["w.a", "w.b"])
+        #expect(after.contains { $0["op"] as? String == "put" && $0["key"] as? String == "w.keep" })
     }
 }
