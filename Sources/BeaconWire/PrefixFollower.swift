@@ -29,13 +29,17 @@ public final class PrefixFollower {
     public private(set) var resyncs = 0
 
     private let client: WireClient
+    private let requestTimeout: Int
     private var sequencer: PrefixSequencer
     private var queued: [Update] = []
 
     /// Subscribes to `prefix` and takes the first snapshot (subscribe first: no update between
     /// the two can be lost).
-    public init(client: WireClient, prefix: String, receiveHighWaterMark: Int32 = 100_000) throws(WireError) {
+    /// - Parameter requestTimeoutMilliseconds: how long a snapshot or delta request may take.
+    public init(client: WireClient, prefix: String, receiveHighWaterMark: Int32 = 100_000,
+                requestTimeoutMilliseconds: Int = 30_000) throws(WireError) {
         self.client = client
+        self.requestTimeout = requestTimeoutMilliseconds
         sequencer = PrefixSequencer(prefix: prefix)
         try client.subscribe(prefix, receiveHighWaterMark: receiveHighWaterMark)
         try resync(counting: false)
@@ -69,7 +73,7 @@ public final class PrefixFollower {
         while true {
             let page: Beacon_V1_EventsReply
             do {
-                page = try client.delta(prefix: prefix, since: through)
+                page = try client.delta(prefix: prefix, since: through, timeoutMilliseconds: requestTimeout)
             } catch where error.reply?.code == .compacted {
                 return try resync(counting: true)
             }
@@ -84,7 +88,7 @@ public final class PrefixFollower {
     }
 
     private func resync(counting: Bool) throws(WireError) {
-        let snapshot = try client.snapshot(prefix: prefix)
+        let snapshot = try client.snapshot(prefix: prefix, timeoutMilliseconds: requestTimeout)
         state = Dictionary(uniqueKeysWithValues: snapshot.kvs.map { ($0.key, $0) })
         sequencer.reset(epoch: snapshot.epoch, through: snapshot.revision)
         if counting { resyncs += 1 }

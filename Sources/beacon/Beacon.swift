@@ -22,7 +22,7 @@ struct Beacon: ParsableCommand {
     static func main() {
         signal(SIGPIPE, SIG_IGN)
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(Connection.hoistingOptions(Array(CommandLine.arguments.dropFirst())))
             try command.run()
         } catch {
             exit(withError: error)
@@ -33,9 +33,12 @@ struct Beacon: ParsableCommand {
         commandName: "beacon",
         abstract: "Read, write and watch Beacon signals from a shell.",
         discussion: """
-            Finds the daemon like every Beacon client: --endpoint/--pub-endpoint, else \
-            --runtime-dir, else $BEACON_RUNTIME_DIR, else the first of $XDG_RUNTIME_DIR/beacon \
-            (or /tmp/beacon-UID) and /run/beacon (systemd) that holds the daemon's socket.
+            Finds the daemon like every Beacon client: --endpoint/--pub-endpoint (or \
+            $BEACON_ENDPOINT/$BEACON_PUB_ENDPOINT), else --runtime-dir, else $BEACON_RUNTIME_DIR, \
+            else the first of $XDG_RUNTIME_DIR/beacon (or /tmp/beacon-UID) and /run/beacon \
+            (systemd) that holds the daemon's socket. With no socket there, a command fails at \
+            once with exit code 69. Connection options and --json may also come before the \
+            command: beacon --runtime-dir D get k.
 
             Exit codes: 0 ok; 1 key not found; 3 version conflict or key exists; 64 usage; \
             65 invalid key or value (for pub: some lines were refused); 69 daemon unreachable; \
@@ -104,13 +107,48 @@ struct Connection: ParsableArguments {
         }
     }
 
+    /// The options every command takes, by name, and whether each takes a value.
+    static let sharedOptions: [String: Bool] = [
+        "--runtime-dir": true, "--endpoint": true, "--pub-endpoint": true, "--timeout": true,
+        "--server-key": true, "--key-file": true, "--json": false,
+    ]
+
+    /// `arguments` with the connection options given before the command moved after it, where
+    /// the command's parser reads them: `beacon --runtime-dir D get k` is `beacon get k
+    /// --runtime-dir D`.
+    static func hoistingOptions(_ arguments: [String]) -> [String] {
+        var hoisted: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            let name = String(argument.prefix { $0 != "=" })
+            guard let takesValue = sharedOptions[name] else { break }
+            hoisted.append(argument)
+            index += 1
+            if takesValue && !argument.contains("=") && index < arguments.count {
+                hoisted.append(arguments[index])
+                index += 1
+            }
+        }
+        guard !hoisted.isEmpty, index < arguments.count else { return arguments }
+        return Array(arguments[index...]) + hoisted
+    }
+
     func client() throws -> WireClient {
+        let environment = ProcessInfo.processInfo.environment
         do {
-            if let endpoint {
-                return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? endpoint,
+            if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
+                return try WireClient(requestEndpoint: endpoint,
+                                      publishEndpoint: pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint,
                                       curve: try curveCredentials())
             }
-            return try WireClient(runtimeDirectory: runtimeDirectory)
+            let directory = runtimeDirectory
+            let socket = directory + "/" + WireEndpoint.requestSocketName
+            guard FileManager.default.fileExists(atPath: socket) else {
+                die("beacon: no daemon at \(directory) (no socket \(socket)); is beacond running? (--runtime-dir, $BEACON_RUNTIME_DIR)",
+                    code: ExitCode32.unavailable)
+            }
+            return try WireClient(runtimeDirectory: directory)
         } catch {
             fail(error)
         }
@@ -314,17 +352,51 @@ extension Beacon {
     }
 
     struct Get: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print a key's value.")
+        static let configuration = CommandConfiguration(
+            abstract: "Print the values of keys, or of every key under a prefix.",
+            discussion: """
+                One key prints its value alone; several, or --prefix, print KEY = VALUE lines. A key \
+                that does not exist is named on stderr and the others still print; the exit code is \
+                then 1.
+                """)
         @OptionGroup var connection: Connection
-        @Argument(help: "The key.") var key: String
+        @Argument(help: "Keys, or prefixes with --prefix.") var keys: [String]
+        @Flag(name: .long, help: "Print every key under each argument.") var prefix = false
+        func validate() throws {
+            if keys.isEmpty { throw ValidationError("give at least one key") }
+        }
         func run() throws {
-            let kv = connection.run { (client) throws(WireError) in try client.get(key, timeoutMilliseconds: connection.timeout) }
-            connection.print(keyValueObject(kv), text: kv.value.jsonText)
+            if prefix {
+                for prefix in keys {
+                    let reply = connection.run { (client) throws(WireError) in
+                        try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
+                    }
+                    guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
+                    for kv in list.kvs {
+                        connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+                    }
+                }
+                return
+            }
+            var missing = 0
+            let client = try connection.client()
+            for key in keys {
+                do {
+                    let kv = try client.get(key, timeoutMilliseconds: connection.timeout)
+                    connection.print(keyValueObject(kv), text: keys.count == 1 ? kv.value.jsonText : "\(kv.key) = \(kv.value.jsonText)")
+                } catch where error.reply?.code == .notFound {
+                    warn("beacon: \(error.message)")
+                    missing += 1
+                } catch {
+                    connection.fail(error)
+                }
+            }
+            if missing > 0 { throw ExitCode(ExitCode32.notFound) }
         }
     }
 
     struct Delete: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Delete a key.")
+        static let configuration = CommandConfiguration(abstract: "Delete a key.", aliases: ["del", "rm"])
         @OptionGroup var connection: Connection
         @Argument(help: "The key.") var key: String
         @Option(name: .long, help: ArgumentHelp("Delete only if the key is at this version.", valueName: "n")) var ifVersion: UInt64?
@@ -377,7 +449,7 @@ extension Beacon {
             func isWanted(_ key: String) -> Bool { wanted.contains { key.utf8.starts(with: $0.utf8) } }
             connection.run { (client) throws(WireError) in
                 // Subscribe and snapshot first: the replay then ends exactly where live changes begin.
-                let follower = try PrefixFollower(client: client, prefix: prefix)
+                let follower = try PrefixFollower(client: client, prefix: prefix, requestTimeoutMilliseconds: connection.timeout)
                 func show(_ event: Beacon_V1_Event) -> Bool {
                     guard isWanted(event.change.key) else { return false }
                     connection.print(eventObject(event), text: eventText(event))
@@ -411,7 +483,8 @@ extension Beacon {
                 if let from {
                     var start = from
                     while start <= follower.through {
-                        let page = try client.history(prefix, exact: false, from: start, to: follower.through)
+                        let page = try client.history(prefix, exact: false, from: start, to: follower.through,
+                                                      timeoutMilliseconds: connection.timeout)
                         for event in page.events where show(event) { return }
                         guard page.more else { break }
                         start = page.revision + 1

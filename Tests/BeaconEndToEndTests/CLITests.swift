@@ -17,18 +17,25 @@ struct ToolRun {
 /// Runs the built `beacon` with `arguments`, feeding `input` on stdin. The waiting happens on a
 /// thread of its own: a test must not hold one of Swift's few cooperative threads for the
 /// length of a long run, or every other test stalls.
-func beacon(_ arguments: [String], input: String? = nil, runtimeDirectory: String?) async throws -> ToolRun {
+func beacon(_ arguments: [String], input: String? = nil, runtimeDirectory: String?,
+            environment: [String: String] = [:]) async throws -> ToolRun {
     let path = try binary("beacon")
     return try await withCheckedThrowingContinuation { continuation in
         Thread.detachNewThread {
-            continuation.resume(with: Result { try runBlocking(path, arguments, input: input, runtimeDirectory: runtimeDirectory) })
+            continuation.resume(with: Result {
+                try runBlocking(path, arguments, input: input, runtimeDirectory: runtimeDirectory, environment: environment)
+            })
         }
     }
 }
 
-private func runBlocking(_ path: String, _ arguments: [String], input: String?, runtimeDirectory: String?) throws -> ToolRun {
+private func runBlocking(_ path: String, _ arguments: [String], input: String?, runtimeDirectory: String?,
+                         environment: [String: String]) throws -> ToolRun {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
+    if !environment.isEmpty {
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
     // Options of a subcommand follow it; a usage error must stay one (no directory appended).
     process.arguments = arguments + (runtimeDirectory.map { ["--runtime-dir", $0] } ?? [])
     let out = Pipe(), err = Pipe(), inPipe = Pipe()
@@ -385,5 +392,46 @@ struct CLITests {
         let after = records.dropFirst(4)
         #expect(after.filter { $0["op"] as? String == "delete" }.compactMap { $0["key"] as? String }.sorted() == ["w.a", "w.b"])
         #expect(after.contains { $0["op"] as? String == "put" && $0["key"] as? String == "w.keep" })
+    }
+    @Test func connectionOptionsGoAnywhereAndAMissingDaemonFailsAtOnce() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        #expect(try await beacon(["--runtime-dir", run, "set", "o.a", "1"], runtimeDirectory: nil).status == 0)
+        let first = try await beacon(["--runtime-dir=" + run, "--json", "get", "o.a"], runtimeDirectory: nil)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(try first.json()["value"] as? Int == 1)
+        // Endpoints from the environment.
+        let byEnvironment = try await beacon(["get", "o.a"], runtimeDirectory: nil, environment: [
+            "BEACON_ENDPOINT": "ipc://\(run)/beacon.req", "BEACON_PUB_ENDPOINT": "ipc://\(run)/beacon.pub",
+        ])
+        #expect(byEnvironment.stdout == "1\n", "\(byEnvironment.stderr)")
+        // No daemon: exit 69 at once, for a request and for a watch, naming where it looked.
+        let empty = try temporaryDirectory()
+        for arguments in [["get", "o.a"], ["watch", "o."], ["pub"]] {
+            let started = ContinuousClock.now
+            let missing = try await beacon(arguments, input: "", runtimeDirectory: empty)
+            #expect(missing.status == 69, "\(arguments)")
+            #expect(missing.stderr.contains("no daemon at \(empty)"))
+            #expect(ContinuousClock.now - started < .seconds(3))
+        }
+    }
+
+    @Test func getTakesSeveralKeysAndPrefixesAndDeleteHasItsAliases() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        _ = try await beacon(["pub"], input: "g.a 1\ng.b \"x\"\nh.c 3\n", runtimeDirectory: run)
+        let several = try await beacon(["get", "g.a", "g.missing", "h.c"], runtimeDirectory: run)
+        #expect(several.status == 1)
+        #expect(several.lines == ["g.a = 1", "h.c = 3"])
+        #expect(several.stderr.contains("g.missing"))
+        let prefixed = try await beacon(["get", "--prefix", "g.", "--json"], runtimeDirectory: run)
+        #expect(try (0..<prefixed.lines.count).map { try prefixed.json($0)["key"] as? String } == ["g.a", "g.b"])
+        #expect(try await beacon(["del", "g.a"], runtimeDirectory: run).status == 0)
+        #expect(try await beacon(["rm", "g.b"], runtimeDirectory: run).status == 0)
+        #expect(try await beacon(["get", "--prefix", "g."], runtimeDirectory: run).stdout.isEmpty)
     }
 }
