@@ -126,7 +126,8 @@ install: release man completions
 	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)/etc/beacon" \
 	  "$(DESTDIR)/usr/lib/systemd/system" "$(DESTDIR)/usr/lib/sysusers.d" "$(DESTDIR)/usr/lib/tmpfiles.d"; \
 	install -m 0755 "$$bin/beacond" "$$bin/beacon" "$(DESTDIR)$(PREFIX)/bin/"; \
-	sed "s|@BINDIR@|$(PREFIX)/bin|g" deploy/beacond.service > "$(DESTDIR)/usr/lib/systemd/system/beacond.service"; \
+	sed -e "s|@BINDIR@|$(PREFIX)/bin|g" -e "s|@DOCDIR@|$(PREFIX)/share/doc/beacon|g" deploy/beacond.service \
+	  > "$(DESTDIR)/usr/lib/systemd/system/beacond.service"; \
 	install -m 0644 deploy/beacon.sysusers "$(DESTDIR)/usr/lib/sysusers.d/beacon.conf"; \
 	install -m 0644 deploy/beacon.tmpfiles "$(DESTDIR)/usr/lib/tmpfiles.d/beacon.conf"; \
 	[ -e "$(DESTDIR)/etc/beacon/beacond.conf" ] || install -m 0644 deploy/beacond.conf "$(DESTDIR)/etc/beacon/beacond.conf"; \
@@ -139,7 +140,11 @@ install: release man completions
 	install -d "$(DESTDIR)$(PREFIX)/share/doc/beacon/docs"; \
 	install -m 0644 README.md "$(DESTDIR)$(PREFIX)/share/doc/beacon/"; \
 	install -m 0644 docs/*.md "$(DESTDIR)$(PREFIX)/share/doc/beacon/docs/"; \
-	echo "installed into $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc, $(DESTDIR)/usr/lib"
+	echo "installed into $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc, $(DESTDIR)/usr/lib"; \
+	echo "next, as root: systemd-sysusers beacon.conf   # the beacon user and group"; \
+	echo "               systemd-tmpfiles --create beacon.conf"; \
+	echo "               systemctl daemon-reload && systemctl enable --now beacond"; \
+	echo "               edit /etc/beacon/beacond.conf, then systemctl reload beacond"
 
 proto:
 	scripts/generate-proto.sh

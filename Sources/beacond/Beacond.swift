@@ -66,7 +66,14 @@ struct Beacond: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: logLevel) else {
             throw ValidationError("unknown log level '\(logLevel)'")
         }
+        // Under systemd, stderr is the journal: lines carry their priority and no timestamp.
+        let toJournal = JournalLogHandler.standardErrorIsJournal(environment: ProcessInfo.processInfo.environment)
         LoggingSystem.bootstrap { label in
+            if toJournal {
+                var handler = JournalLogHandler()
+                handler.logLevel = level
+                return handler
+            }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler

@@ -56,6 +56,27 @@ struct DaemonProcessTests {
         #expect(daemon.stop() == 0)
     }
 
+    @Test func underSystemdLogLinesCarryTheirPriorityAndNoTimestamp() throws {
+        let dir = try temporaryDirectory()
+        // What systemd does: $JOURNAL_STREAM names stderr's device and inode.
+        let journald = try DaemonProcess(
+            runtimeDirectory: dir + "/run", stateDirectory: dir + "/state", launcher: "/bin/sh",
+            launcherArguments: ["-c", #"JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$0" "$@""#])
+        #expect(journald.stop() == 0)
+        let lines = journald.stderr.split(separator: "\n")
+        #expect(lines.count >= 2)
+        for line in lines {
+            #expect(line.wholeMatch(of: /<[2-7]>[^<].*/) != nil, "\(line)")
+            #expect(line.firstMatch(of: /20\d\d-\d\d-\d\dT/) == nil, "\(line)")
+        }
+        #expect(lines.contains { $0.hasPrefix("<6>") && $0.contains("beacond stopped") })
+        // Elsewhere (stderr redirected to a file of its own), lines are stamped as before.
+        let plain = try DaemonProcess(
+            runtimeDirectory: dir + "/run2", stateDirectory: dir + "/state2", environment: ["JOURNAL_STREAM": "1:2"])
+        #expect(plain.stop() == 0)
+        #expect(plain.stderr.split(separator: "\n").allSatisfy { $0.firstMatch(of: /20\d\d-\d\d-\d\dT/) != nil })
+    }
+
     @Test func aSecondDaemonOnTheSameRuntimeDirectoryRefusesToStart() throws {
         let dir = try temporaryDirectory()
         let first = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")

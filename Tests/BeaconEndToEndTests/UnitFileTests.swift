@@ -13,6 +13,7 @@ struct UnitFileTests {
         let dir = try temporaryDirectory()
         let unit = try String(contentsOfFile: "deploy/beacond.service", encoding: .utf8)
             .replacingOccurrences(of: "@BINDIR@", with: URL(fileURLWithPath: try binary("beacond")).deletingLastPathComponent().path)
+            .replacingOccurrences(of: "@DOCDIR@", with: "/usr/share/doc/beacon")
         let path = dir + "/beacond.service"
         try unit.write(toFile: path, atomically: true, encoding: .utf8)
         return path
