@@ -16,6 +16,30 @@ import Darwin
 #endif
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+let usage = """
+    usage: beacon-signals-bench [--quick] [--only beacon|observation|opencombine ...] [--case SUBSTRING ...]
+
+    Runs js-reactivity-benchmark's core cases on BeaconSignals, timed by the rules of the reference
+    figures, next to the fastest JavaScript core; in the same run, on Observation and OpenCombine.
+      --quick   fewer iterations and runs (a smoke test; the figures are not comparable)
+      --only    run only these frameworks
+      --case    run only cases whose name contains one of these
+    """
+if arguments.contains("--help") || arguments.contains("-h") {
+    print(usage)
+    exit(0)
+}
+let known: Set<String> = ["--quick", "--only", "--case"]
+var argumentIndex = 0
+while argumentIndex < arguments.count {
+    let argument = arguments[argumentIndex]
+    guard known.contains(argument) else {
+        let message = "beacon-signals-bench: unknown argument '\(argument)'\n\n\(usage)\n"
+        _ = message.withCString { write(2, $0, strlen($0)) }
+        exit(64)
+    }
+    argumentIndex += argument == "--quick" ? 1 : 2
+}
 let quick = arguments.contains("--quick")
 
 func values(of option: String) -> [String] {
