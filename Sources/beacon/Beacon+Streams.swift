@@ -2,6 +2,10 @@ import ArgumentParser
 import BeaconProtocol
 import BeaconWire
 import Foundation
+import Synchronization
+
+/// The signal that interrupted `pub` (SIGINT or SIGTERM), or 0.
+let pubInterruption = Atomic<Int32>(0)
 
 extension Beacon {
     struct Pub: ParsableCommand {
@@ -13,10 +17,16 @@ extension Beacon {
                 64 bits) or a JSON object {"key": …, "value": …}, or {"key": …, "op": "delete"} — the \
                 form `beacon replay` prints. Lines are sent in order with up to --window in flight. \
                 A line the daemon refuses (or that does not parse) is reported on stderr with its \
-                number; the others still go. At the end a summary says what was committed.
+                number; the others still go (with --strict, reading stops there). At the end a summary \
+                says what was committed, up to which line and revision. SIGINT or SIGTERM stops reading, \
+                waits for the replies of the writes in flight and prints the summary, so that the input \
+                can be resumed from the next line; the exit code is then 130 or 143. On a terminal, \
+                progress is shown on stderr.
                 """)
         @OptionGroup var connection: Connection
         @Option(name: .long, help: ArgumentHelp("Writes in flight at once.", valueName: "n")) var window = 1000
+        @Flag(name: .long, help: "Stop reading at the first refused line (writes already in flight still complete).")
+        var strict = false
 
         func run() throws {
             let client = try connection.client()
@@ -50,9 +60,36 @@ extension Beacon {
                 }
             }
 
+            // A signal stops reading; no SA_RESTART, so that a read waiting for input returns.
+            for signalNumber in [SIGINT, SIGTERM] {
+                var action = sigaction()
+                action.__sigaction_handler.sa_handler = { pubInterruption.store($0, ordering: .relaxed) }
+                sigemptyset(&action.sa_mask)
+                action.sa_flags = 0
+                sigaction(signalNumber, &action, nil)
+            }
+            // A parent may have started this process with them blocked.
+            var unblocked = sigset_t()
+            sigemptyset(&unblocked)
+            sigaddset(&unblocked, SIGINT)
+            sigaddset(&unblocked, SIGTERM)
+            pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
+            let showsProgress = isatty(STDERR_FILENO) == 1
+            var lastProgress = ContinuousClock.now
+            func progress(final: Bool = false) {
+                guard showsProgress else { return }
+                let now = ContinuousClock.now
+                guard final || now - lastProgress > .milliseconds(200) else { return }
+                lastProgress = now
+                let text = "\rbeacon pub: line \(number), \(committed) committed, \(refused) refused"
+                warnWithoutNewline(final ? text + "\r\u{1B}[K" : text)
+            }
+
             var number = 0
-            while let line = readLine(strippingNewline: true) {
+            while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0),
+                  let line = readLine(strippingNewline: true) {
                 number += 1
+                progress()
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
                 let op: Beacon_V1_Request.OneOf_Op
                 switch Self.parse(line) {
@@ -70,9 +107,22 @@ extension Beacon {
                 while lineOf.count >= max(window, 1) { receiveOne() }
             }
             while !lineOf.isEmpty { receiveOne() }
-            connection.print(["committed": committed, "refused": refused, "first_revision": firstRevision, "last_revision": lastRevision],
-                             text: committed == 0 ? "committed nothing, refused \(refused)"
-                                 : "committed \(committed) write\(committed == 1 ? "" : "s") (revisions \(firstRevision)–\(lastRevision)), refused \(refused)")
+            progress(final: true)
+            let interruption = pubInterruption.load(ordering: .relaxed)
+            var summary: [String: Any] = ["committed": committed, "refused": refused, "first_revision": firstRevision,
+                                          "last_revision": lastRevision, "lines": number]
+            var text = committed == 0 ? "committed nothing, refused \(refused)"
+                : "committed \(committed) write\(committed == 1 ? "" : "s") (revisions \(firstRevision)–\(lastRevision)), refused \(refused)"
+            if interruption != 0 {
+                let name = interruption == SIGINT ? "SIGINT" : "SIGTERM"
+                summary["interrupted"] = name
+                text += "; stopped by \(name) after line \(number): resume from line \(number + 1)"
+            } else if strict && refused > 0 {
+                summary["stopped"] = true
+                text += "; stopped at line \(number) (--strict): resume after fixing it"
+            }
+            connection.print(summary, text: text)
+            if interruption != 0 { throw ExitCode(128 + interruption) }
             if refused > 0 { throw ExitCode(ExitCode32.invalidInput) }
         }
 

@@ -232,6 +232,13 @@ func warn(_ message: String) {
     }
 }
 
+/// Writes `text` to standard error as it is (progress lines that rewrite themselves); errors
+/// are ignored.
+func warnWithoutNewline(_ text: String) {
+    let bytes = Array(text.utf8)
+    _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+}
+
 func die(_ message: String, code: Int32) -> Never {
     warn(message)
     exit(code)

@@ -434,4 +434,69 @@ struct CLITests {
         #expect(try await beacon(["rm", "g.b"], runtimeDirectory: run).status == 0)
         #expect(try await beacon(["get", "--prefix", "g."], runtimeDirectory: run).stdout.isEmpty)
     }
+    @Test func strictPubStopsAtTheFirstRefusedLine() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let strict = try await beacon(["pub", "--strict", "--json"], input: "s.a 1\ns.b {\"x\"\ns.c 3\n", runtimeDirectory: run)
+        #expect(strict.status == 65)
+        let summary = try strict.json()
+        #expect(summary["committed"] as? Int == 1)
+        #expect(summary["lines"] as? Int == 2)
+        #expect(summary["stopped"] as? Bool == true)
+        #expect(try await beacon(["get", "s.c"], runtimeDirectory: run).status == 1)
+        // Without --strict the rest still goes.
+        #expect(try await beacon(["pub"], input: "s.b {\"x\"\ns.c 3\n", runtimeDirectory: run).status == 65)
+        #expect(try await beacon(["get", "s.c"], runtimeDirectory: run).stdout == "3\n")
+    }
+
+    @Test func pubStoppedBySIGTERMSaysWhereToResume() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacon"))
+        process.arguments = ["pub", "--json", "--runtime-dir", daemon.runtimeDirectory]
+        let out = Pipe(), err = Pipe(), input = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = input
+        try process.runSerially()
+        // Lines keep coming until the signal; the feeder then stops at the closed pipe.
+        signal(SIGPIPE, SIG_IGN)
+        let feeder = input.fileHandleForWriting
+        let total = 2_000_000
+        Thread.detachNewThread {
+            var next = 0
+            while next < total {
+                let chunk = Array((next..<min(next + 1000, total)).map { "t.k\($0 % 100) \($0)\n" }.joined().utf8)
+                var offset = 0
+                while offset < chunk.count {
+                    let written = chunk.withUnsafeBytes { write(feeder.fileDescriptor, $0.baseAddress! + offset, $0.count - offset) }
+                    if written <= 0 { try? feeder.close(); return }
+                    offset += written
+                }
+                next += 1000
+            }
+            try? feeder.close()
+        }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try wire.stats().headRevision < 20_000 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        kill(process.processIdentifier, SIGTERM)
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 143)
+        let summary = try #require(try JSONSerialization.jsonObject(with: output) as? [String: Any])
+        #expect(summary["interrupted"] as? String == "SIGTERM")
+        let lines = try #require(summary["lines"] as? Int)
+        #expect(lines > 0 && lines < total)
+        // Everything read was committed, and the last revision is the daemon's head: line N was
+        // revision N, so the input resumes at line N + 1.
+        #expect(summary["committed"] as? Int == lines)
+        #expect(summary["last_revision"] as? Int == lines)
+        #expect(try Int(wire.stats().headRevision) == lines)
+    }
 }
