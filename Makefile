@@ -47,7 +47,11 @@ release: deps
 
 # Starts beacond with a local journal and sockets under .run/, writes and watches a few
 # signals with the beacon CLI, then keeps the daemon in the foreground until Ctrl-C.
-run: build
+# Builds only what the demo runs (not the benchmarks).
+run: deps
+	$(SWIFT) build --product beacond
+	$(SWIFT) build --product beacon
+	$(SWIFT) build --product beacon-example
 	@scripts/run-demo.sh "$$($(SWIFT) build --show-bin-path)" "$(RUN_DIR)"
 
 test: deps
@@ -71,9 +75,10 @@ soak-core: deps
 
 bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash
 
+# The reactive core's benchmark is a package of its own (Benchmarks/), with OpenCombine.
 bench-core:
-	$(SWIFT) build -c release --product beacon-signals-bench
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-signals-bench"
+	$(SWIFT) build -c release --package-path Benchmarks --product beacon-signals-bench
+	"$$($(SWIFT) build -c release --package-path Benchmarks --show-bin-path)/beacon-signals-bench"
 
 bench-daemon: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" daemon

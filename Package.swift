@@ -20,8 +20,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
-        // Only for the core benchmark's comparison with Combine-style pipelines.
-        .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
     ],
     targets: [
         // The reactive core: pure Swift, no I/O.
@@ -69,16 +67,14 @@ let package = Package(
             "BeaconWire", "BeaconProtocol", "BeaconZMQ",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // The daemon's, client's and peers' benchmarks (the reactive core's, which compares with
+        // OpenCombine, is a package of its own: Benchmarks/).
         .executableTarget(name: "beacon-bench", dependencies: [
             "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
-        .executableTarget(name: "beacon-signals-bench", dependencies: [
-            "BeaconSignals",
-            .product(name: "OpenCombine", package: "OpenCombine"),
-        ]),
         // The client library's example (docs/CLIENT.md): a computed over two remote signals, printed from an effect.
         .executableTarget(name: "beacon-example", dependencies: ["Beacon"]),
         // A client process the end-to-end tests start, freeze and read.

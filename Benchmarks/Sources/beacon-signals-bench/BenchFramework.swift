@@ -4,7 +4,7 @@
 ///
 /// Values are `Double`, like the JavaScript numbers of the original cases (the 5x500 dynamic
 /// graph sums to about 3e241, and its expected result is that exact double).
-protocol BenchFramework: AnyObject {
+protocol BenchFramework: AnyObject, SendableMetatype {
     associatedtype Source
     associatedtype Derived
     associatedtype DerivedArray
