@@ -78,15 +78,15 @@ final class ConnectionGuard {
         case AF_INET:
             return withUnsafePointer(to: &storage) { pointer in
                 pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { address in
-                    let addr = address.pointee.sin_addr
-                    return .address(Self.text(family: AF_INET, addr, length: Int(INET_ADDRSTRLEN)))
+                    var addr = address.pointee.sin_addr
+                    return .address(Self.text(family: AF_INET, &addr, length: Int(INET_ADDRSTRLEN)))
                 }
             }
         case AF_INET6:
             return withUnsafePointer(to: &storage) { pointer in
                 pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { address in
-                    let addr = address.pointee.sin6_addr
-                    return .address(Self.text(family: AF_INET6, addr, length: Int(INET6_ADDRSTRLEN)))
+                    var addr = address.pointee.sin6_addr
+                    return .address(Self.text(family: AF_INET6, &addr, length: Int(INET6_ADDRSTRLEN)))
                 }
             }
         default:
@@ -94,12 +94,15 @@ final class ConnectionGuard {
         }
     }
 
-    private static func text<Address>(family: Int32, _ address: Address, length: Int) -> String {
+    private static func text(family: Int32, _ address: inout in_addr, length: Int) -> String {
         var buffer = [CChar](repeating: 0, count: length)
-        let converted = withUnsafeBytes(of: address) { raw in
-            inet_ntop(family, raw.baseAddress, &buffer, socklen_t(length)) != nil
-        }
-        guard converted else { return "?" }
+        guard inet_ntop(family, &address, &buffer, socklen_t(length)) != nil else { return "?" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func text(family: Int32, _ address: inout in6_addr, length: Int) -> String {
+        var buffer = [CChar](repeating: 0, count: length)
+        guard inet_ntop(family, &address, &buffer, socklen_t(length)) != nil else { return "?" }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
