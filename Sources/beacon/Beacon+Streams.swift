@@ -146,12 +146,26 @@ extension Beacon {
                     guard case .stringValue(let name)? = given.kind else { return .failure(LineProblem(message: "\"op\" is not a string")) }
                     op = name
                 }
+                var ifVersion: UInt64?
+                if let given = fields.entries["if_version"] {
+                    guard case .intValue(let version)? = given.kind, version >= 0 else {
+                        return .failure(LineProblem(message: "\"if_version\" is not a version number"))
+                    }
+                    ifVersion = UInt64(version)
+                }
                 switch op {
                 case "put":
                     guard let value = fields.entries["value"] else { return .failure(LineProblem(message: "no \"value\" for \(key)")) }
-                    return .success(.put(.with { $0.key = key; $0.value = value }))
+                    return .success(.put(.with {
+                        $0.key = key
+                        $0.value = value
+                        if let ifVersion { $0.ifVersion = ifVersion }
+                    }))
                 case "delete", "expire":
-                    return .success(.delete(.with { $0.key = key }))
+                    return .success(.delete(.with {
+                        $0.key = key
+                        if let ifVersion { $0.ifVersion = ifVersion }
+                    }))
                 case let other:
                     return .failure(LineProblem(message: "unknown op \"\(other)\" (put or delete)"))
                 }

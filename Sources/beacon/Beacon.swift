@@ -46,7 +46,7 @@ struct Beacon: ParsableCommand {
             daemon's access policy (connection or request).
             """,
         version: "0.1.0",
-        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self, Keygen.self])
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Txn.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self, Keygen.self])
 }
 
 struct Connection: ParsableArguments {
@@ -287,8 +287,28 @@ private func appendJSON(_ any: Any, to output: inout String) {
 /// The record of a key's current value, in the shape of a change: `op` is `put` and `revision`
 /// the revision that wrote the value.
 func keyValueObject(_ kv: Beacon_V1_KeyValue) -> [String: Any] {
-    ["key": kv.key, "op": "put", "revision": kv.modRevision, "value": kv.value, "version": kv.version,
-     "create_revision": kv.createRevision, "mod_revision": kv.modRevision]
+    var object: [String: Any] = ["key": kv.key, "op": "put", "revision": kv.modRevision, "value": kv.value,
+                                 "version": kv.version, "create_revision": kv.createRevision, "mod_revision": kv.modRevision]
+    if let remaining = remainingTTL(kv) {
+        object["ttl_ms"] = remaining
+    }
+    return object
+}
+
+/// Milliseconds until a key with a TTL expires (0 once due), or `nil` for a key without one.
+func remainingTTL(_ kv: Beacon_V1_KeyValue) -> UInt64? {
+    guard kv.expiresAtMs > 0 else { return nil }
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    let nowMilliseconds = UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
+    return kv.expiresAtMs > nowMilliseconds ? kv.expiresAtMs - nowMilliseconds : 0
+}
+
+/// `KEY = VALUE` for text output, with the time left for a key with a TTL.
+func keyValueText(_ kv: Beacon_V1_KeyValue) -> String {
+    let base = "\(kv.key) = \(kv.value.jsonText)"
+    guard let remaining = remainingTTL(kv) else { return base }
+    return base + " (expires in \(String(format: "%.1f", Double(remaining) / 1000)) s)"
 }
 
 func eventObject(_ event: Beacon_V1_Event) -> [String: Any] {
@@ -380,7 +400,7 @@ extension Beacon {
                     }
                     guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
                     for kv in list.kvs {
-                        connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+                        connection.print(keyValueObject(kv), text: keyValueText(kv))
                     }
                 }
                 return
@@ -390,7 +410,7 @@ extension Beacon {
             for key in keys {
                 do {
                     let kv = try client.get(key, timeoutMilliseconds: connection.timeout)
-                    connection.print(keyValueObject(kv), text: keys.count == 1 ? kv.value.jsonText : "\(kv.key) = \(kv.value.jsonText)")
+                    connection.print(keyValueObject(kv), text: keys.count == 1 ? kv.value.jsonText : keyValueText(kv))
                 } catch where error.reply?.code == .notFound {
                     warn("beacon: \(error.message)")
                     missing += 1
@@ -403,15 +423,93 @@ extension Beacon {
     }
 
     struct Delete: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Delete a key.", aliases: ["del", "rm"])
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a key, or every key under a prefix.",
+            discussion: """
+                With --prefix, the keys under the prefix are deleted in one transaction, at one \
+                revision, each on condition that it has not changed since it was listed (a key that \
+                changed meanwhile makes it list and try again). A transaction holds at most \
+                1,024 operations: a prefix with more keys is refused; delete narrower ones.
+                """,
+            aliases: ["del", "rm"])
         @OptionGroup var connection: Connection
-        @Argument(help: "The key.") var key: String
+        @Argument(help: "The key, or the prefix with --prefix.") var key: String
         @Option(name: .long, help: ArgumentHelp("Delete only if the key is at this version.", valueName: "n")) var ifVersion: UInt64?
+        @Flag(name: .long, help: "Delete every key under the argument, at one revision.") var prefix = false
         func run() throws {
+            if prefix {
+                guard ifVersion == nil else { die("beacon: --if-version applies to one key, not to --prefix", code: ExitCode32.usage) }
+                return deletePrefix()
+            }
             let reply = connection.run { (client) throws(WireError) in
                 try client.delete(key, ifVersion: ifVersion, timeoutMilliseconds: connection.timeout)
             }
             connection.print(["key": key, "revision": reply.revision], text: "\(key) deleted at revision \(reply.revision)")
+        }
+
+        private func deletePrefix() {
+            for _ in 0..<10 {
+                let listed = connection.run { (client) throws(WireError) in
+                    try client.snapshot(prefix: key, timeoutMilliseconds: connection.timeout)
+                }
+                if listed.kvs.isEmpty {
+                    connection.print(["prefix": key, "deleted": 0], text: "nothing under \(key)")
+                    return
+                }
+                guard listed.kvs.count <= WireLimits.maxTxnOps else {
+                    die("beacon: \(listed.kvs.count) keys under \(key): one transaction deletes at most \(WireLimits.maxTxnOps); delete narrower prefixes",
+                        code: ExitCode32.invalidInput)
+                }
+                let ops = listed.kvs.map { kv in
+                    Beacon_V1_TxnOp.with { $0.delete = .with { $0.key = kv.key; $0.ifVersion = kv.version } }
+                }
+                do {
+                    let client = try connection.client()
+                    let reply = try client.transaction(ops, timeoutMilliseconds: connection.timeout)
+                    connection.print(["prefix": key, "deleted": ops.count, "revision": reply.revision],
+                                     text: "deleted \(ops.count) key\(ops.count == 1 ? "" : "s") under \(key) at revision \(reply.revision)")
+                    return
+                } catch let error as WireError where error.reply?.code == .versionConflict || error.reply?.code == .notFound {
+                    continue  // a key changed or went since the listing
+                } catch let error as WireError {
+                    connection.fail(error)
+                } catch {
+                    die("beacon: \(error)", code: ExitCode32.daemonError)
+                }
+            }
+            die("beacon: the keys under \(key) kept changing; nothing deleted", code: ExitCode32.conflict)
+        }
+    }
+
+    struct Txn: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Apply writes read from standard input as one transaction, at one revision.",
+            discussion: """
+                Each line is an operation in `beacon pub`'s forms: KEY VALUE, {"key": …, "value": …} \
+                or {"key": …, "op": "delete"}; a JSON line may add "if_version": N, a condition on \
+                that key's version (0: absent). Either every condition holds and every operation \
+                applies at one revision, or nothing does (exit 3 when a condition fails).
+                """)
+        @OptionGroup var connection: Connection
+        func run() throws {
+            var ops: [Beacon_V1_TxnOp] = []
+            var number = 0
+            while let line = readLine(strippingNewline: true) {
+                number += 1
+                if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
+                switch Pub.parse(line) {
+                case .success(.put(let put)): ops.append(.with { $0.put = put })
+                case .success(.delete(let delete)): ops.append(.with { $0.delete = delete })
+                case .success: die("beacon: line \(number): not a put or a delete", code: ExitCode32.invalidInput)
+                case .failure(let problem): die("beacon: line \(number): \(problem.message); nothing applied", code: ExitCode32.invalidInput)
+                }
+            }
+            guard !ops.isEmpty else { die("beacon: no operations on standard input", code: ExitCode32.usage) }
+            let reply = connection.run { (client) throws(WireError) in
+                try client.transaction(ops, timeoutMilliseconds: connection.timeout)
+            }
+            connection.print(["operations": ops.count, "revision": reply.revision],
+                             text: "applied \(ops.count) operation\(ops.count == 1 ? "" : "s") at revision \(reply.revision)")
         }
     }
 
@@ -425,7 +523,7 @@ extension Beacon {
             }
             guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
             for kv in list.kvs {
-                connection.print(keyValueObject(kv), text: "\(kv.key) = \(kv.value.jsonText)")
+                connection.print(keyValueObject(kv), text: keyValueText(kv))
             }
         }
     }

@@ -499,4 +499,45 @@ struct CLITests {
         #expect(summary["last_revision"] as? Int == lines)
         #expect(try Int(wire.stats().headRevision) == lines)
     }
+    @Test func deletePrefixTxnAndRemainingTTL() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        _ = try await beacon(["pub"], input: "d.a 1\nd.b 2\nd.c 3\ne.keep 4\n", runtimeDirectory: run)
+        // Every key under the prefix goes at one revision.
+        let deleted = try await beacon(["delete", "--prefix", "d.", "--json"], runtimeDirectory: run)
+        #expect(deleted.status == 0, "\(deleted.stderr)")
+        #expect(try deleted.json()["deleted"] as? Int == 3)
+        #expect(try deleted.json()["revision"] as? Int == 5)
+        let wire = try WireClient(runtimeDirectory: run)
+        #expect(try wire.snapshot(prefix: "d.").kvs.isEmpty)
+        #expect(try wire.get("e.keep").value.kind == .intValue(4))
+        #expect(try await beacon(["rm", "--prefix", "d."], runtimeDirectory: run).stdout == "nothing under d.\n")
+        // A transaction from standard input: all at one revision, or nothing.
+        let applied = try await beacon(["txn", "--json"], input: """
+            t.a 1
+            {"key":"t.b","value":2.5}
+            {"key":"e.keep","op":"delete","if_version":1}
+            """, runtimeDirectory: run)
+        #expect(applied.status == 0, "\(applied.stderr)")
+        let revision = try #require(try applied.json()["revision"] as? Int)
+        #expect(try wire.get("t.a").modRevision == UInt64(revision))
+        #expect(try wire.get("t.b").modRevision == UInt64(revision))
+        #expect(throws: WireError.self) { try wire.get("e.keep") }
+        let refused = try await beacon(["txn"], input: """
+            t.c 1
+            {"key":"t.a","value":9,"if_version":7}
+            """, runtimeDirectory: run)
+        #expect(refused.status == 3)
+        #expect(throws: WireError.self) { try wire.get("t.c") }
+        #expect(try wire.get("t.a").value.kind == .intValue(1))
+        // The time a key with a TTL has left.
+        _ = try await beacon(["set", "ttl.k", "1", "--ttl", "60000"], runtimeDirectory: run)
+        let got = try await beacon(["get", "ttl.k", "--json"], runtimeDirectory: run)
+        let left = try #require(try got.json()["ttl_ms"] as? Int)
+        #expect(left > 50_000 && left <= 60_000)
+        #expect(try await beacon(["ls", "ttl."], runtimeDirectory: run).stdout.contains("(expires in "))
+        #expect(try await beacon(["get", "e.none", "t.a", "--json"], runtimeDirectory: run).json()["ttl_ms"] == nil)
+    }
 }
