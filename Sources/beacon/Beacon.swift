@@ -201,42 +201,42 @@ struct Connection: ParsableArguments {
     }
 }
 
-/// Writes one line to standard output at once; a reader that went away (a closed pipe) ends
-/// the command with one line on stderr and exit code 74 instead of a SIGPIPE.
-func writeLine(_ line: String) {
-    var bytes = Array((line + "\n").utf8)
+/// Writes all of `text` to `descriptor`, retrying after signals; `false` when the descriptor
+/// no longer takes output (a closed pipe), with `errno` saying why.
+func writeAll(_ text: String, to descriptor: Int32) -> Bool {
+    let bytes = Array(text.utf8)
     var offset = 0
     while offset < bytes.count {
-        let written = bytes.withUnsafeMutableBytes { write(STDOUT_FILENO, $0.baseAddress! + offset, $0.count - offset) }
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
         if written < 0 {
             if errno == EINTR { continue }
-            die("beacon: output closed (\(String(cString: strerror(errno))))", code: ExitCode32.outputClosed)
+            return false
         }
         offset += written
     }
-    bytes.removeAll()
+    return true
+}
+
+/// Writes one line to standard output at once; a reader that went away (a closed pipe) ends
+/// the command with one line on stderr and exit code 74 instead of a SIGPIPE.
+func writeLine(_ line: String) {
+    if !writeAll(line + "\n", to: STDOUT_FILENO) {
+        die("beacon: output closed (\(String(cString: strerror(errno))))", code: ExitCode32.outputClosed)
+    }
 }
 
 /// Writes one line to standard error. A reader that went away ends the command with exit code
 /// 74, like a closed standard output: there is no one left to tell.
 func warn(_ message: String) {
-    let bytes = Array((message + "\n").utf8)
-    var offset = 0
-    while offset < bytes.count {
-        let written = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress! + offset, $0.count - offset) }
-        if written < 0 {
-            if errno == EINTR { continue }
-            exit(ExitCode32.outputClosed)
-        }
-        offset += written
+    if !writeAll(message + "\n", to: STDERR_FILENO) {
+        exit(ExitCode32.outputClosed)
     }
 }
 
 /// Writes `text` to standard error as it is (progress lines that rewrite themselves); errors
 /// are ignored.
 func warnWithoutNewline(_ text: String) {
-    let bytes = Array(text.utf8)
-    _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+    _ = writeAll(text, to: STDERR_FILENO)
 }
 
 func die(_ message: String, code: Int32) -> Never {
@@ -605,15 +605,7 @@ extension Beacon {
                     switch update {
                     case .revision(let events):
                         for event in events where isWanted(event.change.key) {
-                            let change = event.change
-                            known[change.key] = change.kind != .put ? nil : .with {
-                                $0.key = change.key
-                                $0.value = change.value
-                                $0.version = change.version
-                                $0.createRevision = change.createRevision
-                                $0.modRevision = event.revision
-                                $0.expiresAtMs = change.expiresAtMs
-                            }
+                            known[event.change.key] = PrefixFollower.keyValue(after: event)
                         }
                         for event in events where event.revision >= (from ?? 0) {
                             if show(event) { return }

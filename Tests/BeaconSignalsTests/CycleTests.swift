@@ -31,6 +31,29 @@ private enum Outcome: Equatable, CustomStringConvertible {
     }
 }
 
+/// `x` reads `y` while `on` is true, and `y` reads `x`: a cycle that `on` closes and opens.
+private struct SwitchableCycle {
+    let on = MutableSignal(false)
+    let box = Box<Int>()
+    let x: Computed<Result<Int, any Error>>
+    let y: Computed<Result<Int, any Error>>
+
+    init() {
+        let on = self.on, box = self.box
+        x = computed { () throws -> Int in
+            on.value ? try box.signal!.get() : 0
+        }
+        let x = self.x
+        y = computed { () throws -> Int in try x.get() + 1 }
+        box.signal = y
+    }
+
+    /// Lets go of the closures' reference to `y`, so that the graph can be freed.
+    func release() {
+        box.signal = nil
+    }
+}
+
 @Suite("Core: cycles among throwing computeds give .cycle, whoever watches them")
 struct CycleTests {
     @Test("A watched computed that starts reading itself gives .cycle, and its value once the switch is off")
@@ -54,13 +77,8 @@ struct CycleTests {
 
     @Test("A watched cycle through another computed gives .cycle to every reader and leaves none behind")
     func watchedCycleThroughAnother() {
-        let on = MutableSignal(false)
-        let box = Box<Int>()
-        let x = computed { () throws -> Int in
-            on.value ? try box.signal!.get() : 0
-        }
-        let y = computed { () throws -> Int in try x.get() + 1 }
-        box.signal = y
+        let cycle = SwitchableCycle()
+        let (on, x, y) = (cycle.on, cycle.x, cycle.y)
         var seenX: [Outcome] = []
         let watcher = effect { seenX.append(Outcome { try x.get() }) }
         on.value = true
@@ -70,18 +88,13 @@ struct CycleTests {
         #expect(seenX == [.value(0), .cycle, .value(0)])
         #expect(Outcome { try y.get() } == .value(1))
         watcher.dispose()
-        box.signal = nil
+        cycle.release()
     }
 
     @Test("A cycle through a computed evaluated before gives .cycle instead of stopping the process")
     func cycleThroughEvaluatedComputed() {
-        let on = MutableSignal(false)
-        let box = Box<Int>()
-        let x = computed { () throws -> Int in
-            on.value ? try box.signal!.get() : 0
-        }
-        let y = computed { () throws -> Int in try x.get() + 1 }
-        box.signal = y
+        let cycle = SwitchableCycle()
+        let (on, x, y) = (cycle.on, cycle.x, cycle.y)
         #expect(Outcome { try y.get() } == .value(1))
         on.value = true
         #expect(Outcome { try x.get() } == .cycle)
@@ -89,18 +102,13 @@ struct CycleTests {
         on.value = false
         #expect(Outcome { try x.get() } == .value(0))
         #expect(Outcome { try y.get() } == .value(1))
-        box.signal = nil
+        cycle.release()
     }
 
     @Test("Effects on both computeds of a cycle see .cycle while it stands and values after it breaks")
     func effectsOnBothEnds() {
-        let on = MutableSignal(false)
-        let box = Box<Int>()
-        let x = computed { () throws -> Int in
-            on.value ? try box.signal!.get() : 0
-        }
-        let y = computed { () throws -> Int in try x.get() + 1 }
-        box.signal = y
+        let cycle = SwitchableCycle()
+        let (on, x, y) = (cycle.on, cycle.x, cycle.y)
         var seenX: [Outcome] = []
         var seenY: [Outcome] = []
         let watchX = effect { seenX.append(Outcome { try x.get() }) }
@@ -117,7 +125,7 @@ struct CycleTests {
         #expect(seenY.count == 7)
         watchX.dispose()
         watchY.dispose()
-        box.signal = nil
+        cycle.release()
     }
 
     @Test("A standing cycle settles: reading it again and again recomputes nothing and re-runs no effect")
