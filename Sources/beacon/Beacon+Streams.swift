@@ -198,9 +198,19 @@ extension Beacon {
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
 
         func run() throws {
+            // On a terminal, stderr shows how far the replay has come.
+            let showsProgress = isatty(STDERR_FILENO) == 1
+            var lastProgress = ContinuousClock.now
+            var count = 0
             connection.forEachChange(of: prefix, exact: false, from: from, to: to) { event in
                 writeLine(jsonLine(eventObject(event)))
+                count += 1
+                if showsProgress, ContinuousClock.now - lastProgress > .milliseconds(200) {
+                    lastProgress = ContinuousClock.now
+                    warnWithoutNewline("\rbeacon replay: \(count) changes, at revision \(event.revision)")
+                }
             }
+            if showsProgress { warnWithoutNewline("\r\u{1B}[K") }
         }
     }
 }

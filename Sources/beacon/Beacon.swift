@@ -295,6 +295,13 @@ func keyValueObject(_ kv: Beacon_V1_KeyValue) -> [String: Any] {
     return object
 }
 
+/// The width that aligns the keys of `kvs` when standard output is a terminal (at most 40
+/// columns); 0 otherwise, so that scripts read one space on each side of `=`.
+func alignedKeyWidth(_ kvs: [Beacon_V1_KeyValue]) -> Int {
+    guard isatty(STDOUT_FILENO) == 1 else { return 0 }
+    return min(40, kvs.map(\.key.count).max() ?? 0)
+}
+
 /// Milliseconds until a key with a TTL expires (0 once due), or `nil` for a key without one.
 func remainingTTL(_ kv: Beacon_V1_KeyValue) -> UInt64? {
     guard kv.expiresAtMs > 0 else { return nil }
@@ -304,9 +311,11 @@ func remainingTTL(_ kv: Beacon_V1_KeyValue) -> UInt64? {
     return kv.expiresAtMs > nowMilliseconds ? kv.expiresAtMs - nowMilliseconds : 0
 }
 
-/// `KEY = VALUE` for text output, with the time left for a key with a TTL.
-func keyValueText(_ kv: Beacon_V1_KeyValue) -> String {
-    let base = "\(kv.key) = \(kv.value.jsonText)"
+/// `KEY = VALUE` for text output, with the time left for a key with a TTL; the key padded to
+/// `keyWidth` columns (aligned output on a terminal).
+func keyValueText(_ kv: Beacon_V1_KeyValue, keyWidth: Int = 0) -> String {
+    let padding = String(repeating: " ", count: max(0, keyWidth - kv.key.count))
+    let base = "\(kv.key)\(padding) = \(kv.value.jsonText)"
     guard let remaining = remainingTTL(kv) else { return base }
     return base + " (expires in \(String(format: "%.1f", Double(remaining) / 1000)) s)"
 }
@@ -389,6 +398,7 @@ extension Beacon {
         @OptionGroup var connection: Connection
         @Argument(help: "Keys, or prefixes with --prefix.") var keys: [String]
         @Flag(name: .long, help: "Print every key under each argument.") var prefix = false
+        @Flag(name: .long, help: "Print values alone, one per line, also for several keys.") var printValueOnly = false
         func validate() throws {
             if keys.isEmpty { throw ValidationError("give at least one key") }
         }
@@ -399,8 +409,9 @@ extension Beacon {
                         try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
                     }
                     guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
+                    let width = alignedKeyWidth(list.kvs)
                     for kv in list.kvs {
-                        connection.print(keyValueObject(kv), text: keyValueText(kv))
+                        connection.print(keyValueObject(kv), text: printValueOnly ? kv.value.jsonText : keyValueText(kv, keyWidth: width))
                     }
                 }
                 return
@@ -410,7 +421,7 @@ extension Beacon {
             for key in keys {
                 do {
                     let kv = try client.get(key, timeoutMilliseconds: connection.timeout)
-                    connection.print(keyValueObject(kv), text: keys.count == 1 ? kv.value.jsonText : keyValueText(kv))
+                    connection.print(keyValueObject(kv), text: keys.count == 1 || printValueOnly ? kv.value.jsonText : keyValueText(kv))
                 } catch where error.reply?.code == .notFound {
                     warn("beacon: \(error.message)")
                     missing += 1
@@ -522,8 +533,9 @@ extension Beacon {
                 try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
             }
             guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
+            let width = alignedKeyWidth(list.kvs)
             for kv in list.kvs {
-                connection.print(keyValueObject(kv), text: keyValueText(kv))
+                connection.print(keyValueObject(kv), text: keyValueText(kv, keyWidth: width))
             }
         }
     }

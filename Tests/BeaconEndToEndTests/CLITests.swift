@@ -540,4 +540,28 @@ struct CLITests {
         #expect(try await beacon(["ls", "ttl."], runtimeDirectory: run).stdout.contains("(expires in "))
         #expect(try await beacon(["get", "e.none", "t.a", "--json"], runtimeDirectory: run).json()["ttl_ms"] == nil)
     }
+    @Test func valuesAloneAndAlignedColumnsOnATerminal() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        _ = try await beacon(["pub"], input: "al.a 1\nal.longer.key \"x\"\n", runtimeDirectory: run)
+        #expect(try await beacon(["get", "al.a", "al.longer.key", "--print-value-only"], runtimeDirectory: run).lines == ["1", "\"x\""])
+        // Into a pipe, one space each side of "=", for scripts.
+        #expect(try await beacon(["ls", "al."], runtimeDirectory: run).lines == ["al.a = 1", "al.longer.key = \"x\""])
+        // On a terminal (script(1) gives it one), the keys are aligned.
+        let command = "\(try binary("beacon")) ls al. --runtime-dir \(run)"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        process.arguments = ["-qec", command, "/dev/null"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardInput = FileHandle.nullDevice
+        try process.runSerially()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        // A terminal ends lines with "\r\n".
+        let lines = text.replacingOccurrences(of: "\r", with: "").split(separator: "\n").map(String.init)
+        #expect(lines == ["al.a          = 1", "al.longer.key = \"x\""], "\(text)")
+    }
 }
