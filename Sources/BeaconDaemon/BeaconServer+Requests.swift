@@ -217,6 +217,15 @@ extension BeaconServer {
             reply.events = try events(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
                                       to: to, limit: history.limit)
 
+        case .backup(let request):
+            guard current.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "") }
+            var token = [UInt8](request.token)
+            if token.isEmpty {
+                // The journal is idle here: a read request first commits what is staged.
+                token = try backups.make(from: pipeline.journal, revision: store.headRevision, now: now)
+            }
+            reply.backup = try backups.chunk(token, at: request.token.isEmpty ? UInt64(0) : request.offset, now: now)
+
         case .stats:
             guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
             reply.stats = .with {

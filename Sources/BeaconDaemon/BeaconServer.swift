@@ -55,6 +55,8 @@ public final class BeaconServer: @unchecked Sendable {
     let startedAt = MonotonicTime.now()
     /// The steps of a compaction under way.
     var compactionSchedule = CompactionSchedule()
+    /// Journal copies being read by `Backup` requests.
+    @exclusivity(unchecked) var backups: BackupCopies
 
     private var context: ZMQContext?
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
@@ -108,6 +110,7 @@ public final class BeaconServer: @unchecked Sendable {
         self.configuration = configuration
         live = configuration
         access = AccessControl(policy: configuration.access, limits: configuration.limits)
+        backups = BackupCopies(directory: configuration.stateDirectory)
         self.logger = logger
         do {
             self.wake = try WakePipe()
@@ -146,6 +149,7 @@ public final class BeaconServer: @unchecked Sendable {
             throw error
         }
         instance = UInt64.random(in: 1...UInt64(Int64.max))
+        backups.removeLeftovers()
         journalBytes = pipeline.sizeInBytes
         if pipeline.isCompacting {
             compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
@@ -522,6 +526,7 @@ public final class BeaconServer: @unchecked Sendable {
         }
         // Requests already read are answered; then everything closes in order.
         flushWrites()
+        backups.removeAll()
         connections.close()
         router.close()
         publisher.close()

@@ -534,6 +534,34 @@ public final class Journal {
         }
     }
 
+    /// Writes a consistent copy of the whole journal to a new SQLite file at `path`, which must
+    /// not exist: a journal `beacond` can open in its place (restore: stop the daemon, put the
+    /// copy where the journal was, without the old `-wal` and `-shm` files, start it). The copy
+    /// holds everything committed before the call, under an epoch of its own: a daemon restored
+    /// from it may lack revisions its clients saw, and a new epoch makes them resync rather than
+    /// take its next revisions for ones they have.
+    /// - Returns: the copy's epoch.
+    @discardableResult
+    public func backup(to path: String) throws(JournalError) -> UInt64 {
+        guard !FileManager.default.fileExists(atPath: path) else {
+            throw JournalError(code: .io, message: "cannot back up to \(path): the file exists")
+        }
+        var copyEpoch: UInt64
+        repeat {
+            copyEpoch = UInt64.random(in: 1...UInt64(Int64.max))
+        } while copyEpoch == epoch
+        do {
+            try database.backup(to: path)
+            let copy = try SQLiteDatabase(path: path, create: false)
+            defer { copy.close() }
+            try copy.execute("UPDATE meta SET value = \(copyEpoch) WHERE name = 'epoch'")
+        } catch {
+            try? FileManager.default.removeItem(atPath: path)
+            throw JournalError(error, while: "cannot back up the journal")
+        }
+        return copyEpoch
+    }
+
     /// The file's size in bytes, write-ahead log included.
     public var sizeInBytes: UInt64 {
         // stat(2) directly: FileManager's attributes also look up the owner's user and group

@@ -46,7 +46,7 @@ struct Beacon: ParsableCommand {
             daemon's access policy (connection or request).
             """,
         version: "0.1.0",
-        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Txn.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self, Keygen.self])
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Txn.self, Backup.self, Watch.self, History.self, Replay.self, Stats.self, Bench.self, Keygen.self])
 }
 
 struct Connection: ParsableArguments {
@@ -650,6 +650,62 @@ extension Beacon {
             connection.forEachChange(of: key, exact: !prefix, from: from, to: to) { event in
                 connection.print(eventObject(event), text: eventText(event))
             }
+        }
+    }
+
+    struct Backup: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Copy the daemon's journal, consistently, while it runs.",
+            discussion: """
+                The daemon makes a copy of the whole journal with SQLite's online backup API (every \
+                change through one revision) and this command reads it in chunks into FILE: first \
+                FILE.partial, synced, then renamed. Needs read=* in the daemon's access rules. \
+                Restore: stop beacond, put FILE in place of the state directory's journal.sqlite \
+                (remove journal.sqlite-wal and journal.sqlite-shm), start beacond. The copy has an \
+                epoch of its own, so clients of the restored daemon resync.
+                """)
+        @OptionGroup var connection: Connection
+        @Argument(help: ArgumentHelp("Where to write the copy.", valueName: "file")) var file: String
+        @Flag(name: .long, help: "Replace FILE if it exists.") var force = false
+
+        func run() throws {
+            if !force && FileManager.default.fileExists(atPath: file) {
+                die("beacon: \(file) exists; use --force to replace it", code: ExitCode32.usage)
+            }
+            let partial = file + ".partial"
+            unlink(partial)
+            let fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput) }
+            var token = Data()
+            var offset: UInt64 = 0
+            var last = Beacon_V1_BackupReply()
+            while true {
+                let request = Beacon_V1_Backup.with { $0.token = token; $0.offset = offset }
+                let reply = connection.run { (client) throws(WireError) in
+                    try client.call(.backup(request), timeoutMilliseconds: max(connection.timeout, 60_000))
+                }
+                guard case .backup(let chunk) = reply.result, chunk.offset == offset else {
+                    close(fd); unlink(partial)
+                    die("beacon: unexpected reply to a backup request", code: ExitCode32.daemonError)
+                }
+                if !chunk.data.isEmpty {
+                    let written = chunk.data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                    guard written == chunk.data.count else {
+                        close(fd); unlink(partial)
+                        die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput)
+                    }
+                }
+                token = chunk.token
+                offset += UInt64(chunk.data.count)
+                last = chunk
+                if chunk.done { break }
+            }
+            guard fsync(fd) == 0, close(fd) == 0, rename(partial, file) == 0 else {
+                unlink(partial)
+                die("beacon: cannot finish \(file): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput)
+            }
+            connection.print(["file": file, "bytes": last.size, "revision": last.revision, "epoch": last.epoch],
+                             text: "wrote \(file): \(last.size) bytes, every change through revision \(last.revision) (epoch \(last.epoch))")
         }
     }
 

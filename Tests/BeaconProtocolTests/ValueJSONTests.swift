@@ -22,7 +22,7 @@ struct ValueJSONTests {
             value { $0.doubleValue = -0.0 },
             value { $0.doubleValue = 0.1 },
             value { $0.doubleValue = 1e300 },
-            value { $0.doubleValue = 5e-324 },
+            value { $0.doubleValue = .leastNonzeroMagnitude },
             value { $0.doubleValue = .infinity },
             value { $0.doubleValue = -.infinity },
             value { $0.stringValue = "" },

@@ -31,6 +31,21 @@ final class SQLiteDatabase {
         self.handle = nil
     }
 
+    /// Copies this whole database into a new file at `path` with SQLite's online backup API:
+    /// a consistent copy as of the call, whatever this connection's locking mode.
+    func backup(to path: String) throws(SQLiteError) {
+        let destination = try SQLiteDatabase(path: path, create: true)
+        defer { destination.close() }
+        guard let backup = sqlite3_backup_init(destination.handle, "main", handle, "main") else {
+            throw destination.error(sqlite3_errcode(destination.handle), "start the backup to \(path)")
+        }
+        let stepped = sqlite3_backup_step(backup, -1)
+        let finished = sqlite3_backup_finish(backup)
+        guard stepped == SQLITE_DONE, finished == SQLITE_OK else {
+            throw destination.error(stepped == SQLITE_DONE ? finished : stepped, "copy the journal to \(path)")
+        }
+    }
+
     func error(_ code: Int32, _ operation: @autoclosure () -> String) -> SQLiteError {
         let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
         return SQLiteError(code: code, message: message, operation: operation())

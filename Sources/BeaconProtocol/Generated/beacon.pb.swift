@@ -539,6 +539,14 @@ public nonisolated struct Beacon_V1_Request: Sendable {
     set {op = .batch(newValue)}
   }
 
+  public var backup: Beacon_V1_Backup {
+    get {
+      if case .backup(let v)? = op {return v}
+      return Beacon_V1_Backup()
+    }
+    set {op = .backup(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Op: Equatable, Sendable {
@@ -555,6 +563,7 @@ public nonisolated struct Beacon_V1_Request: Sendable {
     case compact(Beacon_V1_Compact)
     case keepAlive(Beacon_V1_KeepAlive)
     case batch(Beacon_V1_Batch)
+    case backup(Beacon_V1_Backup)
 
   }
 
@@ -565,6 +574,23 @@ public nonisolated struct Beacon_V1_Ping: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A consistent copy of the whole journal, read in chunks (PROTOCOL.md §4.7). Needs read=*.
+public nonisolated struct Beacon_V1_Backup: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// empty: make a new copy; else the copy an earlier BackupReply named
+  public var token: Data = Data()
+
+  /// where the chunk asked for starts
+  public var offset: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -944,6 +970,14 @@ public nonisolated struct Beacon_V1_Reply: Sendable {
     set {result = .batch(newValue)}
   }
 
+  public var backup: Beacon_V1_BackupReply {
+    get {
+      if case .backup(let v)? = result {return v}
+      return Beacon_V1_BackupReply()
+    }
+    set {result = .backup(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Result: Equatable, Sendable {
@@ -958,8 +992,43 @@ public nonisolated struct Beacon_V1_Reply: Sendable {
     case compact(Beacon_V1_CompactReply)
     case keepAlive(Beacon_V1_KeepAliveReply)
     case batch(Beacon_V1_BatchReply)
+    case backup(Beacon_V1_BackupReply)
 
   }
+
+  public init() {}
+}
+
+/// One chunk of a journal copy. The copy is a complete SQLite database of the journal as of
+/// `revision`; the daemon deletes it once the last chunk was sent, or a minute after the last
+/// request for it.
+public nonisolated struct Beacon_V1_BackupReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// names the copy in the next requests
+  public var token: Data = Data()
+
+  /// where `data` starts
+  public var offset: UInt64 = 0
+
+  /// at most 1 MiB
+  public var data: Data = Data()
+
+  /// the copy's size in bytes
+  public var size: UInt64 = 0
+
+  /// the copy holds every change through this revision
+  public var revision: UInt64 = 0
+
+  /// the journal's epoch
+  public var epoch: UInt64 = 0
+
+  /// `data` reaches `size`: the copy is complete, and gone from the daemon
+  public var done: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -2068,7 +2137,7 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Request"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}ping\0\u{1}get\0\u{1}list\0\u{1}put\0\u{1}delete\0\u{1}txn\0\u{1}snapshot\0\u{1}delta\0\u{1}history\0\u{1}stats\0\u{1}compact\0\u{3}keep_alive\0\u{1}batch\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}ping\0\u{1}get\0\u{1}list\0\u{1}put\0\u{1}delete\0\u{1}txn\0\u{1}snapshot\0\u{1}delta\0\u{1}history\0\u{1}stats\0\u{1}compact\0\u{3}keep_alive\0\u{1}batch\0\u{1}backup\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2246,6 +2315,19 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
           self.op = .batch(v)
         }
       }()
+      case 23: try {
+        var v: Beacon_V1_Backup?
+        var hadOneofValue = false
+        if let current = self.op {
+          hadOneofValue = true
+          if case .backup(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.op = .backup(v)
+        }
+      }()
       default: break
       }
     }
@@ -2312,6 +2394,10 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
       guard case .batch(let v)? = self.op else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
     }()
+    case .backup?: try {
+      guard case .backup(let v)? = self.op else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2339,6 +2425,41 @@ nonisolated extension Beacon_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Mess
   }
 
   public static func ==(lhs: Beacon_V1_Ping, rhs: Beacon_V1_Ping) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beacon_V1_Backup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Backup"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}offset\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularBytesField(value: self.token, fieldNumber: 1)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_Backup, rhs: Beacon_V1_Backup) -> Bool {
+    if lhs.token != rhs.token {return false}
+    if lhs.offset != rhs.offset {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2885,7 +3006,7 @@ nonisolated extension Beacon_V1_Batch: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Reply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}error\0\u{1}ping\0\u{1}get\0\u{1}list\0\u{1}write\0\u{2}\u{2}snapshot\0\u{1}events\0\u{2}\u{2}stats\0\u{1}compact\0\u{3}keep_alive\0\u{1}batch\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{2}\u{9}error\0\u{1}ping\0\u{1}get\0\u{1}list\0\u{1}write\0\u{2}\u{2}snapshot\0\u{1}events\0\u{2}\u{2}stats\0\u{1}compact\0\u{3}keep_alive\0\u{1}batch\0\u{1}backup\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3037,6 +3158,19 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
           self.result = .batch(v)
         }
       }()
+      case 23: try {
+        var v: Beacon_V1_BackupReply?
+        var hadOneofValue = false
+        if let current = self.result {
+          hadOneofValue = true
+          if case .backup(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.result = .backup(v)
+        }
+      }()
       default: break
       }
     }
@@ -3095,6 +3229,10 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
       guard case .batch(let v)? = self.result else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
     }()
+    case .backup?: try {
+      guard case .backup(let v)? = self.result else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3103,6 +3241,66 @@ nonisolated extension Beacon_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._Mes
   public static func ==(lhs: Beacon_V1_Reply, rhs: Beacon_V1_Reply) -> Bool {
     if lhs.id != rhs.id {return false}
     if lhs.result != rhs.result {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beacon_V1_BackupReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}offset\0\u{1}data\0\u{1}size\0\u{1}revision\0\u{1}epoch\0\u{1}done\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.revision) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.done) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularBytesField(value: self.token, fieldNumber: 1)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 2)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 3)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 4)
+    }
+    if self.revision != 0 {
+      try visitor.visitSingularUInt64Field(value: self.revision, fieldNumber: 5)
+    }
+    if self.epoch != 0 {
+      try visitor.visitSingularUInt64Field(value: self.epoch, fieldNumber: 6)
+    }
+    if self.done != false {
+      try visitor.visitSingularBoolField(value: self.done, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_BackupReply, rhs: Beacon_V1_BackupReply) -> Bool {
+    if lhs.token != rhs.token {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.data != rhs.data {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.revision != rhs.revision {return false}
+    if lhs.epoch != rhs.epoch {return false}
+    if lhs.done != rhs.done {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
