@@ -221,6 +221,7 @@ extension BeaconServer {
             guard current.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "") }
             var token = [UInt8](request.token)
             if token.isEmpty {
+                guard request.offset == 0 else { throw Refusal(.invalidArgument, "a new backup starts at offset 0") }
                 // The journal is idle here: a read request first commits what is staged.
                 token = try backups.make(from: pipeline.journal, revision: store.headRevision, now: now)
             }

@@ -74,6 +74,7 @@ extension Beacon {
             sigaddset(&unblocked, SIGINT)
             sigaddset(&unblocked, SIGTERM)
             pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
+            var number = 0
             let showsProgress = isatty(STDERR_FILENO) == 1
             var lastProgress = ContinuousClock.now
             func progress(final: Bool = false) {
@@ -85,7 +86,6 @@ extension Beacon {
                 warnWithoutNewline(final ? text + "\r\u{1B}[K" : text)
             }
 
-            var number = 0
             while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0),
                   let line = readLine(strippingNewline: true) {
                 number += 1

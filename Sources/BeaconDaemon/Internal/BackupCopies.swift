@@ -10,8 +10,8 @@ struct BackupCopies {
     static let idleLimit: UInt64 = 60_000
     /// The most data one reply carries.
     static let chunkSize = 1 << 20
-    /// At most this many copies at once.
-    static let maxCopies = 4
+    /// One copy at a time: making one holds the loop while SQLite copies the journal.
+    static let maxCopies = 1
     /// Copies are named `backup-<token>.sqlite` in the state directory.
     static let filePrefix = "backup-"
 
@@ -42,7 +42,7 @@ struct BackupCopies {
     mutating func make(from journal: Journal, revision: UInt64, now: MonotonicTime) throws(Refusal) -> [UInt8] {
         expire(now: now)
         guard copies.count < Self.maxCopies else {
-            throw Refusal(.quotaExceeded, "\(Self.maxCopies) backups are being read already; retry once one is done")
+            throw Refusal(.quotaExceeded, "a backup is being read already; retry once it is done (or a minute after its last request)")
         }
         let token = (0..<16).map { _ in UInt8.random(in: 0 ... .max) }
         let path = directory + "/" + Self.filePrefix + token.map { String(format: "%02x", $0) }.joined() + ".sqlite"
