@@ -194,15 +194,15 @@ extension Beacon {
                 """)
         @OptionGroup var connection: Connection
         @Argument(help: "The prefix (default: every key).") var prefix: String = ""
-        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64 = 0
-        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
+        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
+        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
 
         func run() throws {
             // On a terminal, stderr shows how far the replay has come.
             let showsProgress = isatty(STDERR_FILENO) == 1
             var lastProgress = ContinuousClock.now
             var count = 0
-            connection.forEachChange(of: prefix, exact: false, from: from, to: to) { event in
+            connection.forEachChange(of: prefix, exact: false, from: from ?? 0, to: to ?? 0) { event in
                 writeLine(jsonLine(eventObject(event)))
                 count += 1
                 if showsProgress, ContinuousClock.now - lastProgress > .milliseconds(200) {

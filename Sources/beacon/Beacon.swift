@@ -644,10 +644,10 @@ extension Beacon {
         @OptionGroup var connection: Connection
         @Argument(help: "A key, or a prefix with --prefix.") var key: String
         @Flag(name: .long, help: "Treat the argument as a prefix.") var prefix = false
-        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64 = 0
-        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64 = 0
+        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
+        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
         func run() throws {
-            connection.forEachChange(of: key, exact: !prefix, from: from, to: to) { event in
+            connection.forEachChange(of: key, exact: !prefix, from: from ?? 0, to: to ?? 0) { event in
                 connection.print(eventObject(event), text: eventText(event))
             }
         }
