@@ -41,20 +41,13 @@ extension Beacon {
                 if case .error = reply.result { refused += 1 }
                 outstanding -= 1
             }
-            // On a terminal, stderr shows how far it has come.
-            let showsProgress = isatty(STDERR_FILENO) == 1
-            var lastProgress = ContinuousClock.now
-            func progress(_ phase: String, _ done: Int, of total: Int) {
-                guard showsProgress, ContinuousClock.now - lastProgress > .milliseconds(200) else { return }
-                lastProgress = ContinuousClock.now
-                warnWithoutNewline("\rbeacon bench: \(phase) \(done) of \(total)")
-            }
+            var progress = ProgressLine()
             let start = DispatchTime.now().uptimeNanoseconds
             for i in 0..<writes {
                 do { try client.send(.put(.with { $0.key = names[i % keys]; $0.value = value })) } catch { connection.fail(error) }
                 outstanding += 1
                 while outstanding >= window { receive() }
-                progress("pipelined puts", i + 1, of: writes)
+                progress.show("beacon bench: pipelined puts \(i + 1) of \(writes)")
             }
             while outstanding > 0 { receive() }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
@@ -69,9 +62,9 @@ extension Beacon {
                     try client.put(names[i % keys], value, timeoutMilliseconds: connection.timeout)
                 }
                 latencies.append(Double(DispatchTime.now().uptimeNanoseconds - begin) / 1000)
-                progress("timed puts", i + 1, of: samples)
+                progress.show("beacon bench: timed puts \(i + 1) of \(samples)")
             }
-            if showsProgress { warnWithoutNewline("\r\u{1B}[K") }
+            progress.clear()
             latencies.sort()
             func percentile(_ p: Double) -> Double {
                 latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]

@@ -75,21 +75,12 @@ extension Beacon {
             sigaddset(&unblocked, SIGTERM)
             pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
             var number = 0
-            let showsProgress = isatty(STDERR_FILENO) == 1
-            var lastProgress = ContinuousClock.now
-            func progress(final: Bool = false) {
-                guard showsProgress else { return }
-                let now = ContinuousClock.now
-                guard final || now - lastProgress > .milliseconds(200) else { return }
-                lastProgress = now
-                let text = "\rbeacon pub: line \(number), \(committed) committed, \(refused) refused"
-                warnWithoutNewline(final ? text + "\r\u{1B}[K" : text)
-            }
+            var progress = ProgressLine()
 
             while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0),
                   let line = readLine(strippingNewline: true) {
                 number += 1
-                progress()
+                progress.show("beacon pub: line \(number), \(committed) committed, \(refused) refused")
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
                 let op: Beacon_V1_Request.OneOf_Op
                 switch Self.parse(line) {
@@ -107,7 +98,7 @@ extension Beacon {
                 while lineOf.count >= max(window, 1) { receiveOne() }
             }
             while !lineOf.isEmpty { receiveOne() }
-            progress(final: true)
+            progress.clear()
             let interruption = pubInterruption.load(ordering: .relaxed)
             var summary: [String: Any] = ["committed": committed, "refused": refused, "first_revision": firstRevision,
                                           "last_revision": lastRevision, "lines": number]
@@ -198,19 +189,14 @@ extension Beacon {
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
 
         func run() throws {
-            // On a terminal, stderr shows how far the replay has come.
-            let showsProgress = isatty(STDERR_FILENO) == 1
-            var lastProgress = ContinuousClock.now
+            var progress = ProgressLine()
             var count = 0
             connection.forEachChange(of: prefix, exact: false, from: from ?? 0, to: to ?? 0) { event in
                 writeLine(jsonLine(eventObject(event)))
                 count += 1
-                if showsProgress, ContinuousClock.now - lastProgress > .milliseconds(200) {
-                    lastProgress = ContinuousClock.now
-                    warnWithoutNewline("\rbeacon replay: \(count) changes, at revision \(event.revision)")
-                }
+                progress.show("beacon replay: \(count) changes, at revision \(event.revision)")
             }
-            if showsProgress { warnWithoutNewline("\r\u{1B}[K") }
+            progress.clear()
         }
     }
 }

@@ -134,7 +134,16 @@ struct Connection: ParsableArguments {
         return Array(arguments[index...]) + hoisted
     }
 
+    /// The command's client: made on first use and kept, so that a command that asks many times
+    /// (history pages, backup chunks, bench samples) connects once. A command runs once per process.
     func client() throws -> WireClient {
+        if let cached = commandClient.client { return cached }
+        let made = try makeClient()
+        commandClient.client = made
+        return made
+    }
+
+    private func makeClient() throws -> WireClient {
         let environment = ProcessInfo.processInfo.environment
         do {
             if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
@@ -198,6 +207,45 @@ struct Connection: ParsableArguments {
 
     func print(_ object: [String: Any], text: String) {
         writeLine(json ? jsonLine(object) : text)
+    }
+}
+
+/// The client `Connection.client()` made for this process's command, used by the command's
+/// one thread only.
+private final class CommandClient: @unchecked Sendable {
+    var client: WireClient?
+}
+
+private let commandClient = CommandClient()
+
+/// Lists the keys under `prefix` and prints them: `KEY = VALUE` (aligned on a terminal), or the
+/// values alone.
+func printKeys(under prefix: String, connection: Connection, valuesOnly: Bool = false) {
+    let reply = connection.run { (client) throws(WireError) in
+        try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
+    }
+    guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
+    let width = alignedKeyWidth(list.kvs)
+    for kv in list.kvs {
+        connection.print(keyValueObject(kv), text: valuesOnly ? kv.value.jsonText : keyValueText(kv, keyWidth: width))
+    }
+}
+
+/// A progress line on standard error, rewritten in place at most five times a second, and only
+/// when standard error is a terminal.
+struct ProgressLine {
+    let isShown = isatty(STDERR_FILENO) == 1
+    private var lastShown = ContinuousClock.now
+
+    mutating func show(_ text: @autoclosure () -> String) {
+        guard isShown, ContinuousClock.now - lastShown > .milliseconds(200) else { return }
+        lastShown = ContinuousClock.now
+        warnWithoutNewline("\r" + text())
+    }
+
+    /// Erases the line.
+    func clear() {
+        if isShown { warnWithoutNewline("\r\u{1B}[K") }
     }
 }
 
@@ -405,14 +453,7 @@ extension Beacon {
         func run() throws {
             if prefix {
                 for prefix in keys {
-                    let reply = connection.run { (client) throws(WireError) in
-                        try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
-                    }
-                    guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
-                    let width = alignedKeyWidth(list.kvs)
-                    for kv in list.kvs {
-                        connection.print(keyValueObject(kv), text: printValueOnly ? kv.value.jsonText : keyValueText(kv, keyWidth: width))
-                    }
+                    printKeys(under: prefix, connection: connection, valuesOnly: printValueOnly)
                 }
                 return
             }
@@ -529,14 +570,7 @@ extension Beacon {
         @OptionGroup var connection: Connection
         @Argument(help: "The prefix (default: every key).") var prefix: String = ""
         func run() throws {
-            let reply = connection.run { (client) throws(WireError) in
-                try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
-            }
-            guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
-            let width = alignedKeyWidth(list.kvs)
-            for kv in list.kvs {
-                connection.print(keyValueObject(kv), text: keyValueText(kv, keyWidth: width))
-            }
+            printKeys(under: prefix, connection: connection)
         }
     }
 
