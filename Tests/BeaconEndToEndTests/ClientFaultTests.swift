@@ -71,6 +71,47 @@ struct ClientFaultTests {
         }
     }
 
+    @Test func dropsAndRepairsNeverShowHalfATransaction() async throws {
+        let dir = try temporaryDirectory()
+        let config = dir + "/beacond.conf"
+        try "publish_hwm = 20\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state", extraArguments: ["--config", config])
+        defer { daemon.stop() }
+        // Two keys mirrored as two signals (each its own followed prefix), an effect over both;
+        // the process is frozen while transactions writing both go by, so both the daemon and the
+        // client drop publications and the mirrors repair, each from its own position.
+        let probe = try ProbeProcess(runtimeDirectory: daemon.runtimeDirectory, prefix: "unrelated.", highWaterMark: 20, pair: ("a.x", "a.y"))
+        defer { probe.stop() }
+        #expect(try await probe.waitForState { _, connection in connection == "live" })
+        let total = 3000
+        let runtimeDirectory = daemon.runtimeDirectory
+        let writer = Thread {
+            guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
+            for i in 1...total {
+                _ = try? client.transaction(["a.x", "a.y"].map { key in
+                    .with { $0.op = .put(.with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } }) }
+                })
+            }
+        }
+        writer.start()
+        for _ in 0..<3 {
+            try await Task.sleep(for: .milliseconds(150))
+            kill(probe.process.processIdentifier, SIGSTOP)
+            try await Task.sleep(for: .milliseconds(600))
+            kill(probe.process.processIdentifier, SIGCONT)
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        func last() -> [Int]? {
+            probe.lines.last { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } }
+        }
+        while last() != [total, total] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let runs = probe.lines.filter { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } }
+        #expect(runs.last == [total, total])
+        #expect(runs.allSatisfy { $0[0] == $0[1] }, "an effect saw half a transaction: \(runs.filter { $0[0] != $0[1] }.prefix(5))")
+        #expect(zip(runs, runs.dropFirst()).allSatisfy { $0[0] < $1[0] }, "values went backwards or repeated")
+        #expect(try await probe.dump().repairs > 0, "the freeze should have made the mirrors repair")
+    }
+
     @Test func killNineAndRestartWhileWritesFlowLosesNothingAndMirrorsConverge() async throws {
         let dir = try temporaryDirectory()
         var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
