@@ -85,6 +85,7 @@ let package = Package(
 
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
+        .testTarget(name: "BeaconWireTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconTestSupport"]),
         // What several test targets share (a seeded generator, systemd's notification socket).
         .target(name: "BeaconTestSupport", path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),

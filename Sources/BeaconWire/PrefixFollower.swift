@@ -16,21 +16,21 @@ public final class PrefixFollower {
     }
 
     /// The prefix followed.
-    public var prefix: String { sequencer.prefix }
+    public let prefix: String
     /// The live keys under the prefix as of ``through``.
     public private(set) var state: [String: Beacon_V1_KeyValue] = [:]
     /// The mirror is complete through this revision.
-    public var through: UInt64 { sequencer.through }
+    public var through: UInt64 { core.through(prefix) ?? 0 }
     /// The journal epoch the mirror belongs to.
-    public var epoch: UInt64 { sequencer.epoch }
+    public var epoch: UInt64 { core.epoch }
     /// How many gaps were repaired from deltas.
-    public private(set) var repairs = 0
+    public var repairs: Int { core.statistics.repairs }
     /// How many times state was replaced by a snapshot after the first.
-    public private(set) var resyncs = 0
+    public var resyncs: Int { core.statistics.resyncs }
 
     private let client: WireClient
     private let requestTimeout: Int
-    private var sequencer: PrefixSequencer
+    private var core = FollowerCore(mode: .stream)
     private var queued: [Update] = []
 
     /// Subscribes to `prefix` and takes the first snapshot (subscribe first: no update between
@@ -39,10 +39,12 @@ public final class PrefixFollower {
     public init(client: WireClient, prefix: String, receiveHighWaterMark: Int32 = 100_000,
                 requestTimeoutMilliseconds: Int = 30_000) throws(WireError) {
         self.client = client
+        self.prefix = prefix
         self.requestTimeout = requestTimeoutMilliseconds
-        sequencer = PrefixSequencer(prefix: prefix)
         try client.subscribe(prefix, receiveHighWaterMark: receiveHighWaterMark)
-        try resync(counting: false)
+        core.follow(prefix)
+        try runFetches()
+        takeReleased()
     }
 
     /// Processes publications for up to `timeoutMilliseconds`; returns as soon as something was
@@ -50,49 +52,44 @@ public final class PrefixFollower {
     public func next(timeoutMilliseconds: Int) throws(WireError) -> Update? {
         if !queued.isEmpty { return queued.removeFirst() }
         guard let publication = try client.receivePublication(timeoutMilliseconds: timeoutMilliseconds) else { return nil }
-        let decision: PrefixSequencer.Decision
-        switch publication {
-        case .diff(let diff): decision = sequencer.accept(diff)
-        case .commit(let marker): decision = sequencer.accept(marker)
-        case .heartbeat(let heartbeat): decision = sequencer.accept(heartbeat)
-        }
-        switch decision {
-        case .none: break
-        case .completed(let events):
-            apply(events)
-            queued.append(.revision(events))
-        case .repair: try repair()
-        case .resync: try resync(counting: true)
-        }
+        core.receive(publication)
+        try runFetches()
+        takeReleased()
         return queued.isEmpty ? nil : queued.removeFirst()
     }
 
-    /// Fetches every change after ``through`` and applies it, revision by revision.
-    private func repair() throws(WireError) {
-        repairs += 1
-        while true {
-            let page: Beacon_V1_EventsReply
+    /// Performs every fetch the core asks for; a refused one is thrown.
+    private func runFetches() throws(WireError) {
+        while let fetch = core.nextFetch() {
+            let reply: Beacon_V1_Reply
             do {
-                page = try client.delta(prefix: prefix, since: through, timeoutMilliseconds: requestTimeout)
-            } catch where error.reply?.code == .compacted {
-                return try resync(counting: true)
+                reply = try client.call(fetch.request, timeoutMilliseconds: requestTimeout)
+            } catch where error.kind == .rejected {
+                guard let refusal = error.reply, refusal.code == .compacted || refusal.code == .futureRevision else { throw error }
+                core.complete(fetch, with: .with { $0.result = .error(refusal) })
+                continue
             }
-            if page.epoch != epoch { return try resync(counting: true) }
-            for revision in PrefixSequencer.revisions(in: page.events) {
-                apply(revision)
-                queued.append(.revision(revision))
-            }
-            sequencer.advance(through: page.revision)
-            if !page.more { return }
+            core.complete(fetch, with: reply)
         }
     }
 
-    private func resync(counting: Bool) throws(WireError) {
-        let snapshot = try client.snapshot(prefix: prefix, timeoutMilliseconds: requestTimeout)
-        state = Dictionary(uniqueKeysWithValues: snapshot.kvs.map { ($0.key, $0) })
-        sequencer.reset(epoch: snapshot.epoch, through: snapshot.revision)
-        if counting { resyncs += 1 }
-        queued.append(.resynced(revision: snapshot.revision))
+    private func takeReleased() {
+        while let release = core.takeRelease() {
+            for step in release.steps {
+                switch step {
+                case .revisions(_, let events):
+                    for revision in PrefixSequencer.revisions(in: events) {
+                        apply(revision)
+                        queued.append(.revision(revision))
+                    }
+                case .snapshot(_, _, let revision, let kvs):
+                    state = Dictionary(kvs.map { ($0.key, $0) }, uniquingKeysWith: { $1 })
+                    queued.append(.resynced(revision: revision))
+                case .resumed:
+                    break
+                }
+            }
+        }
     }
 
     private func apply(_ events: [Beacon_V1_Event]) {

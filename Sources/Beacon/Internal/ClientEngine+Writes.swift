@@ -91,15 +91,11 @@ extension ClientEngine {
     private func completeCaughtUpWrites() {
         guard !awaitingMirror.isEmpty else { return }
         let now = ClientEngine.now()
-        var toRepair: [Follower] = []
+        var toRepair: [String] = []
         awaitingMirror.removeAll { write in
             guard let result = write.result else { return true }
-            let lagging = followers.values.filter { follower in
-                write.request.keys.contains { $0.isUnder(follower.prefix) }
-                    && (follower.needsSync || follower.sequencer.through < result.revision)
-            }
-            let stillHeld = held.first.map { $0.revision <= result.revision } ?? false
-            if lagging.isEmpty && !stillHeld || now >= write.deadline {
+            let caughtUp = write.request.keys.allSatisfy { mirrors.hasReleased(result.revision, forKey: $0) }
+            if caughtUp || now >= write.deadline {
                 let complete = write.request.complete
                 post(.completion { complete(.success(result)) })
                 return true
@@ -107,11 +103,11 @@ extension ClientEngine {
             if !write.repairAsked && now >= write.repliedAt + 100 {
                 // The diffs should have come before the reply; fetch them instead of waiting.
                 write.repairAsked = true
-                toRepair.append(contentsOf: lagging.filter { !$0.needsSync })
+                for key in write.request.keys { toRepair.append(contentsOf: mirrors.lagging(key, behind: result.revision)) }
             }
             return false
         }
-        for follower in toRepair { repair(follower) }
+        for prefix in toRepair { mirrors.repair(prefix) }
     }
 }
 

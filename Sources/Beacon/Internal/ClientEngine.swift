@@ -37,21 +37,18 @@ final class ClientEngine: @unchecked Sendable {
     var dealer: ZMQSocket!
     var subscriber: ZMQSocket!
     private var nextRequestID: UInt64 = 1
-    /// Mirror followers by prefix.
-    var followers: [String: Follower] = [:]
-    /// History followers by stream id.
-    var histories: [Int: Follower] = [:]
-    /// The distinct lengths of followed prefixes, for matching a key to its followers.
-    var prefixLengths: [Int] = []
+    /// The mirrors' follower core: every followed prefix, released as whole revisions.
+    var mirrors: FollowerCore
+    /// History streams by id, each with a core of its own.
+    var histories: [Int: HistoryFollower] = [:]
+    /// The distinct lengths of subscribed prefixes.
     private var subscriptionCounts: [String: Int] = [:]
-    /// Revisions received but not yet handed to the graph, in increasing order.
-    var held: [HeldRevision] = []
-    /// Released events not yet handed to the graph (one update per loop iteration).
-    var outgoing: [Beacon_V1_Event] = []
-    /// The highest revision handed to the graph in ``mirrorEpoch``.
-    var releasedThrough: UInt64 = 0
-    /// The epoch the graph's mirrors belong to (0 before the first snapshot).
-    var mirrorEpoch: UInt64
+    /// Released steps not yet handed to the graph (one update per loop iteration).
+    var outgoing: [FollowerCore.Step] = []
+    /// The counters of history streams that ended.
+    var retiredHistoryStatistics = FollowerCore.Statistics()
+    /// When refused followers ask again.
+    var nextRefusedRetry: UInt64 = 0
     /// Writes sent and not answered, by request id.
     var pendingWrites: [UInt64: PendingWrite] = [:]
     /// Writes answered and waiting for their mirrors to catch up.
@@ -75,7 +72,7 @@ final class ClientEngine: @unchecked Sendable {
         self.configuration = configuration
         self.sessionID = sessionID
         self.localJournal = localJournal
-        mirrorEpoch = localJournal?.contents.epoch ?? 0
+        mirrors = FollowerCore(mode: .mirror, epoch: localJournal?.contents.epoch ?? 0)
         self.deliver = deliver
         do {
             wakePipe = try WakePipe()
@@ -188,7 +185,7 @@ final class ClientEngine: @unchecked Sendable {
     private func pollTimeout() -> Int {
         let now = Self.now()
         var deadline = now + 250
-        if followers.values.contains(where: \.needsSync) { deadline = min(deadline, max(nextSyncAttempt, now)) }
+        if hasDueFetch { deadline = min(deadline, max(nextSyncAttempt, now)) }
         for write in pendingWrites.values { deadline = min(deadline, write.nextAttempt) }
         if nextKeepAlive > 0 { deadline = min(deadline, nextKeepAlive) }
         if !awaitingMirror.isEmpty { deadline = min(deadline, now + 20) }
@@ -241,7 +238,7 @@ final class ClientEngine: @unchecked Sendable {
             state = .connecting
         } else if isSilent || daemonSilent {
             state = .stale
-        } else if followers.values.contains(where: { $0.needsSync || !$0.synced }) {
+        } else if mirrors.isSyncing {
             state = .syncing
         } else {
             state = .live
@@ -264,7 +261,6 @@ final class ClientEngine: @unchecked Sendable {
     func addSubscription(_ prefix: String) {
         subscriptionCounts[prefix, default: 0] += 1
         if subscriptionCounts[prefix] == 1 { try? subscriber.subscribe(Array(prefix.utf8)) }
-        recomputePrefixLengths()
     }
 
     func removeSubscription(_ prefix: String) {
@@ -275,11 +271,6 @@ final class ClientEngine: @unchecked Sendable {
         } else {
             subscriptionCounts[prefix] = count - 1
         }
-        recomputePrefixLengths()
-    }
-
-    private func recomputePrefixLengths() {
-        prefixLengths = Set(subscriptionCounts.keys.map(\.utf8.count)).sorted()
     }
 
     // MARK: Requests
@@ -342,15 +333,11 @@ final class ClientEngine: @unchecked Sendable {
 
     // MARK: Local journal
 
-    /// Saves what was applied since the last save, with each synced mirror's bookmark: the
-    /// revision its prefix is complete through, but never past a revision still held.
+    /// Saves what was applied since the last save, with each live mirror's bookmark: the
+    /// revision its released state is complete through.
     private func saveLocalJournal() {
         guard let localJournal else { return }
-        let heldFloor = held.first.map { $0.revision - 1 } ?? .max
-        var bookmarks: [String: UInt64] = [:]
-        for follower in followers.values where follower.synced && !follower.needsSync {
-            bookmarks[follower.prefix] = min(follower.sequencer.through, heldFloor)
-        }
+        let bookmarks = mirrors.bookmarks()
         guard localJournal.hasPending || bookmarks != savedBookmarks else { return }
         localJournal.save(bookmarks: bookmarks)
         savedBookmarks = bookmarks
@@ -390,7 +377,7 @@ final class ClientEngine: @unchecked Sendable {
         pendingWrites.removeAll()
         for write in awaitingMirror { write.request.complete(.failure(error)) }
         awaitingMirror.removeAll()
-        for follower in histories.values { follower.history?.continuation.finish() }
+        for history in histories.values { history.continuation.finish() }
         histories.removeAll()
         let leftOver = commandLock.withLock {
             acceptsCommands = false

@@ -1,4 +1,5 @@
 import BeaconProtocol
+import BeaconWire
 
 /// What the application's side asks of the I/O thread.
 enum EngineCommand: Sendable {
@@ -37,13 +38,9 @@ struct HistoryRequest: Sendable {
 
 /// What the I/O thread hands to the graph, in order.
 enum GraphUpdate: Sendable {
-    /// One or more whole revisions of one epoch. `settled`: no change at or below it can still
-    /// arrive late (every mirror is complete through it).
-    case revision(epoch: UInt64, events: [Beacon_V1_Event], settled: UInt64)
-    /// The state under `prefix` at `revision` (a first sync or a resync).
-    case snapshot(prefix: String, epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue])
-    /// Whether the mirror of `prefix` holds the daemon's state (false while never synced).
-    case synced(prefix: String)
+    /// What the mirrors' follower core released, in order: whole revisions, snapshots, resumed
+    /// prefixes. `settled`: no change at or below it can still arrive late.
+    case release(steps: [FollowerCore.Step], settled: UInt64)
     /// The client's connection state changed.
     case connection(ConnectionState)
     /// Run after the updates before it are applied (a write's completion).

@@ -1,6 +1,7 @@
 import BeaconJournal
 import BeaconProtocol
 import BeaconSignals
+import BeaconWire
 import Foundation
 
 /// What the graph knows of one mirrored key.
@@ -158,12 +159,17 @@ final class MirrorGraph {
     /// Applies one update from the I/O thread (inside the caller's batch).
     func apply(_ update: GraphUpdate) {
         switch update {
-        case .revision(let epoch, let events, let settled): apply(events, epoch: epoch, settled: settled)
-        case .snapshot(let prefix, let epoch, let revision, let kvs): load(prefix: prefix, epoch: epoch, revision: revision, kvs: kvs)
-        case .synced(let prefix):
-            records[prefix]?.state.update { $0.synced = true; $0.cached = false }
-            tables[prefix]?.synced.set(true)
-            tables[prefix]?.cached.set(false)
+        case .release(let steps, let settled):
+            for step in steps {
+                switch step {
+                case .revisions(let epoch, let events): apply(events, epoch: epoch, settled: settled)
+                case .snapshot(let prefix, let epoch, let revision, let kvs): load(prefix: prefix, epoch: epoch, revision: revision, kvs: kvs)
+                case .resumed(let prefix):
+                    records[prefix]?.state.update { $0.synced = true; $0.cached = false }
+                    tables[prefix]?.synced.set(true)
+                    tables[prefix]?.cached.set(false)
+                }
+            }
         case .connection(let state): connection.set(state)
         case .completion: break  // run by the caller after the batch
         }

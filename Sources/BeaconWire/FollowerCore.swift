@@ -1,0 +1,538 @@
+import BeaconProtocol
+
+/// The subscriber rules of proto/PROTOCOL.md §6 for a set of followed prefixes, without I/O.
+///
+/// Both clients drive it: feed it every publication, ask it for the fetches it needs
+/// (``nextFetch()``), hand it their answers (``complete(_:with:)``), and apply what it releases
+/// (``takeRelease()``) in order. Whatever path a change takes — live, repaired by a delta,
+/// replaced by a snapshot, resumed from a bookmark — what it releases keeps the guarantees:
+///
+/// - **whole revisions, in order**: a revision leaves once every followed prefix it touched
+///   has all of its parts (its commit marker was checked by every follower, or every follower
+///   is complete past it);
+/// - **snapshots as cuts** (``Mode/mirror``): a snapshot of one prefix at revision S leaves
+///   together with every held revision up to S, and only once every other mirror is complete
+///   through S (a follower behind S is caught up with a delta), so that a snapshot never shows
+///   one side of a transaction beside the other side's older state;
+/// - **never backwards**: a change that was missed and repaired after later revisions left is
+///   released as a late fill, which the receiver applies per key only where it is newer.
+public struct FollowerCore: Sendable {
+    /// How the followers' state is used.
+    public enum Mode: Sendable {
+        /// Mirrors of state: a repair may be answered with a snapshot when that is smaller, and
+        /// releases are consistent across every followed prefix.
+        case mirror
+        /// Streams of changes: every change is released; a snapshot only where history is gone.
+        case stream
+    }
+
+    /// A request the core needs answered.
+    public struct Fetch: Sendable, Equatable {
+        public enum Kind: Sendable, Equatable {
+            case snapshot
+            case delta(since: UInt64, snapshotIfSmaller: Bool)
+        }
+
+        public let prefix: String
+        public let kind: Kind
+
+        public init(prefix: String, kind: Kind) {
+            self.prefix = prefix
+            self.kind = kind
+        }
+
+        /// The request to send.
+        public var request: Beacon_V1_Request.OneOf_Op {
+            switch kind {
+            case .snapshot:
+                return .snapshot(.with { $0.prefix = prefix })
+            case .delta(let since, let snapshotIfSmaller):
+                return .delta(.with {
+                    $0.prefix = prefix
+                    $0.sinceRevision = since
+                    $0.snapshotIfSmaller = snapshotIfSmaller
+                })
+            }
+        }
+    }
+
+    /// One released step, applied in order.
+    public enum Step: Sendable {
+        /// Whole revisions (and late fills) of one epoch, in order.
+        case revisions(epoch: UInt64, events: [Beacon_V1_Event])
+        /// The state under `prefix` at `revision`: replaces what was known of it.
+        case snapshot(prefix: String, epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue])
+        /// A follower that resumed from a bookmark is now confirmed by the daemon.
+        case resumed(prefix: String)
+    }
+
+    /// What ``takeRelease()`` hands on.
+    public struct Release: Sendable {
+        public var steps: [Step]
+        /// No change at or below this revision can still arrive late.
+        public var settled: UInt64
+    }
+
+    /// Counters of what the core did.
+    public struct Statistics: Sendable, Equatable {
+        /// Gaps repaired with a delta (not counting first syncs, resumes and catch-ups).
+        public var repairs = 0
+        /// States replaced by a snapshot after the first.
+        public var resyncs = 0
+        /// Snapshots received.
+        public var snapshots = 0
+        /// Followers resumed from a bookmark with a delta.
+        public var resumes = 0
+        /// Revisions released.
+        public var revisions = 0
+
+        public init() {}
+    }
+
+    private enum Due: Equatable {
+        /// The first sync, a resync, or a snapshot after an epoch change.
+        case snapshot
+        /// A delta from the follower's position: a resume, a repair or a catch-up.
+        case delta(Reason)
+
+        enum Reason { case resume, repair, catchUp }
+    }
+
+    private struct Follower {
+        var sequencer: PrefixSequencer
+        /// Whether the follower has state (a snapshot, a resume bookmark, a stream's start).
+        var hasState: Bool
+        var due: Due?
+        /// The daemon refused its fetch (access rules): skipped until ``retryRefused()``.
+        var refused = false
+        /// Resumed from a bookmark and not yet confirmed.
+        var resuming = false
+
+        var isLive: Bool { hasState && due == nil && !refused }
+    }
+
+    private struct HeldRevision {
+        let revision: UInt64
+        /// The revision's number of changes (all keys, not only followed ones).
+        let parts: UInt32
+        /// The followed parts, in part order.
+        var events: [Beacon_V1_Event]
+        /// Its commit marker was checked by every live follower.
+        var markerSeen = false
+    }
+
+    private struct PendingSnapshot {
+        let prefix: String
+        let revision: UInt64
+        let kvs: [Beacon_V1_KeyValue]
+    }
+
+    public let mode: Mode
+    /// The epoch of what was released (0 before anything was).
+    public private(set) var epoch: UInt64
+    /// The highest revision released in ``epoch``.
+    public private(set) var releasedThrough: UInt64 = 0
+    public private(set) var statistics = Statistics()
+
+    private var followers: [String: Follower] = [:]
+    /// The distinct byte lengths of followed prefixes, ascending.
+    private var prefixLengths: [Int] = []
+    private var held: [HeldRevision] = []
+    private var pendingSnapshots: [PendingSnapshot] = []
+    /// Released steps not yet taken.
+    private var steps: [Step] = []
+    private var lateEvents: [Beacon_V1_Event] = []
+    /// The newest revision the live stream has reached in ``epoch`` (a diff, a commit marker, a
+    /// heartbeat's head): every publication up to it has arrived or was dropped.
+    private var streamHead: UInt64 = 0
+    /// False only while no follower can have a fetch due (checked on every publication).
+    private var mayHaveDue = false
+    /// Followers confirmed since the last release.
+    private var resumed: [String] = []
+
+    /// A core following nothing yet; `epoch` is the epoch of state the caller already holds
+    /// (a local journal's), or 0.
+    public init(mode: Mode, epoch: UInt64 = 0) {
+        self.mode = mode
+        self.epoch = epoch
+    }
+
+    // MARK: Followers
+
+    /// Follows `prefix`: first with a snapshot, or — given the revision a saved state is
+    /// complete through and its epoch — with a delta after it.
+    public mutating func follow(_ prefix: String, resumingAfter revision: UInt64? = nil, epoch resumeEpoch: UInt64 = 0) {
+        guard followers[prefix] == nil else { return }
+        if let revision {
+            var follower = Follower(sequencer: PrefixSequencer(prefix: prefix, epoch: resumeEpoch, through: revision),
+                                    hasState: true, due: .delta(.resume))
+            follower.resuming = true
+            followers[prefix] = follower
+        } else {
+            followers[prefix] = Follower(sequencer: PrefixSequencer(prefix: prefix), hasState: false, due: .snapshot)
+        }
+        mayHaveDue = true
+        recomputeLengths()
+    }
+
+    /// Stops following `prefix`.
+    public mutating func unfollow(_ prefix: String) {
+        guard followers.removeValue(forKey: prefix) != nil else { return }
+        pendingSnapshots.removeAll { $0.prefix == prefix }
+        recomputeLengths()
+    }
+
+    public var prefixes: [String] { Array(followers.keys) }
+    public var isEmpty: Bool { followers.isEmpty }
+
+    /// Whether some follower has no state yet or waits for a fetch.
+    public var isSyncing: Bool { followers.values.contains { !$0.hasState || $0.due != nil } }
+
+    /// Whether a fetch is due (refused followers aside).
+    public var hasDueFetch: Bool {
+        mayHaveDue && followers.values.contains { $0.due != nil && !$0.refused }
+    }
+
+    /// The revision `prefix` is complete through, if it is followed and has state.
+    public func through(_ prefix: String) -> UInt64? {
+        guard let follower = followers[prefix], follower.hasState else { return nil }
+        return follower.sequencer.through
+    }
+
+    /// Whether every change through `revision` under the followed prefixes that cover `key` was
+    /// released (read-your-writes).
+    public func hasReleased(_ revision: UInt64, forKey key: String) -> Bool {
+        if held.first.map({ $0.revision <= revision }) ?? false { return false }
+        if pendingSnapshots.first.map({ $0.revision <= revision }) ?? false { return false }
+        for (prefix, follower) in followers where key.utf8.starts(with: prefix.utf8) {
+            guard follower.isLive, follower.sequencer.through >= revision else { return false }
+        }
+        return true
+    }
+
+    /// The followed prefixes covering `key` that are not yet complete through `revision`.
+    public func lagging(_ key: String, behind revision: UInt64) -> [String] {
+        followers.compactMap { prefix, follower in
+            key.utf8.starts(with: prefix.utf8) && !(follower.isLive && follower.sequencer.through >= revision) ? prefix : nil
+        }
+    }
+
+    /// Asks for a repair of `prefix` (a writer that waited too long for its diffs).
+    public mutating func repair(_ prefix: String) {
+        guard let follower = followers[prefix], follower.isLive else { return }
+        markDue(prefix, .delta(.repair))
+    }
+
+    /// Makes refused followers ask again (access rules may have changed).
+    public mutating func retryRefused() {
+        for prefix in followers.keys where followers[prefix]!.refused { followers[prefix]!.refused = false }
+        mayHaveDue = true
+    }
+
+    /// For each live follower, the revision its released state is complete through: what a
+    /// saved copy of the released state may resume from.
+    public func bookmarks() -> [String: UInt64] {
+        var floor = UInt64.max
+        if let first = held.first { floor = first.revision - 1 }
+        if let first = pendingSnapshots.first { floor = min(floor, first.revision - 1) }
+        var bookmarks: [String: UInt64] = [:]
+        for (prefix, follower) in followers where follower.isLive && !follower.resuming {
+            guard !pendingSnapshots.contains(where: { $0.prefix == prefix }) else { continue }
+            bookmarks[prefix] = min(follower.sequencer.through, floor)
+        }
+        return bookmarks
+    }
+
+    // MARK: Publications
+
+    /// Applies the rules to one diff.
+    public mutating func receive(_ diff: Beacon_V1_Diff) {
+        let revision = diff.event.revision
+        if diff.epoch == epoch { streamHead = max(streamHead, revision) }
+        if diff.epoch == epoch, held.contains(where: { !$0.markerSeen && $0.parts > 1 && $0.revision < revision }) {
+            repairAll()  // the stream moved past a revision whose commit marker was lost
+        }
+        let key = diff.event.change.key.utf8
+        for length in prefixLengths {
+            guard length <= key.count else { break }
+            let prefix = length == key.count ? diff.event.change.key : String(Substring(key.prefix(length)))
+            guard followers[prefix]?.isLive == true else { continue }
+            act(on: followers[prefix]!.sequencer.accept(diff), for: prefix)
+        }
+    }
+
+    /// Applies the rules to one commit marker.
+    public mutating func receive(_ marker: Beacon_V1_CommitMarker) {
+        if marker.epoch == epoch { streamHead = max(streamHead, marker.revision) }
+        if marker.epoch == epoch, held.contains(where: { !$0.markerSeen && $0.parts > 1 && $0.revision < marker.revision }) {
+            repairAll()
+        }
+        for prefix in followers.keys where followers[prefix]!.isLive {
+            act(on: followers[prefix]!.sequencer.accept(marker), for: prefix)
+        }
+        if let index = held.firstIndex(where: { $0.revision == marker.revision }) { held[index].markerSeen = true }
+    }
+
+    /// Applies the rules to one heartbeat.
+    public mutating func receive(_ heartbeat: Beacon_V1_Heartbeat) {
+        if heartbeat.epoch == epoch { streamHead = max(streamHead, heartbeat.headRevision) }
+        for prefix in followers.keys where followers[prefix]!.isLive {
+            act(on: followers[prefix]!.sequencer.accept(heartbeat), for: prefix)
+        }
+        if heartbeat.epoch == epoch,
+           held.contains(where: { !$0.markerSeen && $0.parts > 1 && $0.revision <= heartbeat.headRevision }) {
+            repairAll()  // a revision published before this heartbeat is still incomplete
+        }
+    }
+
+    /// Applies the rules to any publication.
+    public mutating func receive(_ publication: WireClient.Publication) {
+        switch publication {
+        case .diff(let diff): receive(diff)
+        case .commit(let marker): receive(marker)
+        case .heartbeat(let heartbeat): receive(heartbeat)
+        }
+    }
+
+    private mutating func act(on decision: PrefixSequencer.Decision, for prefix: String) {
+        switch decision {
+        case .none: break
+        case .completed(let events): hold(events)
+        case .repair: markDue(prefix, .delta(.repair))
+        case .resync: markDue(prefix, .snapshot)
+        }
+    }
+
+    private mutating func markDue(_ prefix: String, _ due: Due) {
+        guard var follower = followers[prefix] else { return }
+        if follower.hasState {
+            if due == .delta(.repair) && follower.due == nil { statistics.repairs += 1 }
+        }
+        if follower.due != .snapshot { follower.due = due }  // a snapshot covers any delta
+        followers[prefix] = follower
+        mayHaveDue = true
+    }
+
+    private mutating func repairAll() {
+        for prefix in followers.keys where followers[prefix]!.isLive { markDue(prefix, .delta(.repair)) }
+    }
+
+    // MARK: Fetches
+
+    /// The next request the core needs answered, or `nil`. Ask again after each answer: an
+    /// answer may make others due.
+    public mutating func nextFetch() -> Fetch? {
+        dueCatchUps()
+        // Snapshots first: a catch-up is measured against them.
+        let due = followers.filter { $0.value.due != nil && !$0.value.refused }
+        guard let (prefix, follower) = due.first(where: { $0.value.due == .snapshot }) ?? due.min(by: { $0.key < $1.key }) else {
+            mayHaveDue = false
+            return nil
+        }
+        switch follower.due! {
+        case .snapshot:
+            return Fetch(prefix: prefix, kind: .snapshot)
+        case .delta(let reason):
+            // A mirror's repair may take the state instead of every change; a catch-up is short.
+            let smaller = mode == .mirror && reason != .catchUp
+            return Fetch(prefix: prefix, kind: .delta(since: follower.sequencer.through, snapshotIfSmaller: smaller))
+        }
+    }
+
+    /// Every follower behind a snapshot waiting to be released must reach it; a live follower
+    /// learns it has with one delta rather than waiting for traffic or a heartbeat.
+    private mutating func dueCatchUps() {
+        guard mode == .mirror, let newest = pendingSnapshots.map(\.revision).max() else { return }
+        for prefix in followers.keys {
+            let follower = followers[prefix]!
+            if follower.isLive && follower.sequencer.through < newest {
+                followers[prefix]!.due = .delta(.catchUp)
+                mayHaveDue = true
+            }
+        }
+    }
+
+    /// Hands the core the daemon's answer to `fetch`; `nil` when none came in time (the fetch
+    /// stays due).
+    public mutating func complete(_ fetch: Fetch, with reply: Beacon_V1_Reply?) {
+        guard let reply, var follower = followers[fetch.prefix] else { return }
+        switch reply.result {
+        case .snapshot(let snapshot):
+            if follower.hasState && fetch.kind == .snapshot { statistics.resyncs += 1 }
+            load(snapshot, for: fetch.prefix)
+        case .events(let page):
+            if follower.sequencer.epoch == 0 {
+                follower.sequencer.reset(epoch: page.epoch, through: follower.sequencer.through)
+                if mode == .stream && epoch == 0 { epoch = page.epoch }
+                followers[fetch.prefix] = follower
+            }
+            guard page.epoch == follower.sequencer.epoch, page.epoch == epoch || epoch == 0 else {
+                markDue(fetch.prefix, .snapshot)
+                return
+            }
+            if epoch == 0 { epoch = page.epoch }
+            for revision in PrefixSequencer.revisions(in: page.events) { hold(revision) }
+            followers[fetch.prefix]!.sequencer.advance(through: page.revision)
+            guard !page.more else { return }  // the next page is due
+            followers[fetch.prefix]!.due = nil
+            if followers[fetch.prefix]!.resuming {
+                followers[fetch.prefix]!.resuming = false
+                statistics.resumes += 1
+                resumed.append(fetch.prefix)
+            }
+        case .error(let error) where error.code == .compacted || error.code == .futureRevision:
+            markDue(fetch.prefix, .snapshot)  // history is gone, or the journal was replaced
+        default:
+            followers[fetch.prefix]!.refused = true  // refused: the prefix is left as it is
+        }
+    }
+
+    private mutating func load(_ snapshot: Beacon_V1_SnapshotReply, for prefix: String) {
+        statistics.snapshots += 1
+        if snapshot.epoch != epoch {
+            if epoch != 0 {
+                // The journal was replaced: everything held is void, and every follower starts
+                // over in the new epoch; nothing leaves until all of them have.
+                held.removeAll()
+                pendingSnapshots.removeAll()
+                lateEvents.removeAll()
+                for other in followers.keys where other != prefix {
+                    followers[other]!.sequencer.reset(epoch: snapshot.epoch, through: 0)
+                    followers[other]!.resuming = false
+                    if followers[other]!.hasState || followers[other]!.due != nil { followers[other]!.due = .snapshot }
+                }
+                mayHaveDue = true
+            }
+            epoch = snapshot.epoch
+            releasedThrough = 0
+            streamHead = 0
+        }
+        pendingSnapshots.removeAll { $0.prefix == prefix }
+        let index = pendingSnapshots.firstIndex { $0.revision > snapshot.revision } ?? pendingSnapshots.count
+        pendingSnapshots.insert(PendingSnapshot(prefix: prefix, revision: snapshot.revision, kvs: snapshot.kvs), at: index)
+        followers[prefix]!.sequencer.reset(epoch: snapshot.epoch, through: snapshot.revision)
+        followers[prefix]!.hasState = true
+        followers[prefix]!.due = nil
+        followers[prefix]!.resuming = false
+    }
+
+    // MARK: Holding and releasing
+
+    /// One whole revision under a follower's prefix, complete for that follower.
+    private mutating func hold(_ events: [Beacon_V1_Event]) {
+        guard let first = events.first else { return }
+        if first.revision <= releasedThrough && first.parts == 1 {
+            // A repair filled in a one-change revision this follower missed while later ones
+            // left: the receiver applies each key's change only where it is newer than what it
+            // holds. A late part of a transaction is held like any other until it is whole.
+            lateEvents.append(contentsOf: events)
+            return
+        }
+        var index = held.count
+        while index > 0 && held[index - 1].revision > first.revision { index -= 1 }
+        if index > 0 && held[index - 1].revision == first.revision {
+            var merged = held[index - 1].events
+            let known = Set(merged.map(\.part))
+            merged.append(contentsOf: events.filter { !known.contains($0.part) })
+            merged.sort { $0.part < $1.part }
+            held[index - 1].events = merged
+        } else {
+            held.insert(HeldRevision(revision: first.revision, parts: first.parts, events: events), at: index)
+        }
+    }
+
+    /// The revision every follower with state is complete through.
+    private func settledRevision() -> UInt64 {
+        var floor = UInt64.max
+        for follower in followers.values where follower.hasState && !follower.refused {
+            floor = min(floor, follower.sequencer.through)
+        }
+        return floor == .max ? releasedThrough : floor
+    }
+
+    /// Appends what can leave now to `output`, in order (consecutive revisions as one step).
+    /// - Returns: whether anything was appended.
+    @discardableResult
+    public mutating func release(into output: inout [Step]) -> Bool {
+        if !held.isEmpty || !pendingSnapshots.isEmpty { releaseHeld() }
+        if !lateEvents.isEmpty {
+            Self.append(lateEvents, epoch: epoch, to: &steps)
+            lateEvents.removeAll(keepingCapacity: true)
+        }
+        if !resumed.isEmpty {
+            steps.append(contentsOf: resumed.map { .resumed(prefix: $0) })
+            resumed.removeAll()
+        }
+        guard !steps.isEmpty else { return false }
+        for step in steps {
+            if case .revisions(let epoch, let events) = step {
+                Self.append(events, epoch: epoch, to: &output)
+            } else {
+                output.append(step)
+            }
+        }
+        steps.removeAll(keepingCapacity: true)
+        return true
+    }
+
+    /// What can leave now, in order; `nil` when nothing can.
+    public mutating func takeRelease() -> Release? {
+        var output: [Step] = []
+        guard release(into: &output) else { return nil }
+        return Release(steps: output, settled: settled)
+    }
+
+    /// No change at or below this revision can still arrive late.
+    public var settled: UInt64 { min(settledRevision(), releasedThrough) }
+
+    /// Appends revisions to the last step when it holds revisions of the same epoch.
+    private static func append(_ events: [Beacon_V1_Event], epoch: UInt64, to output: inout [Step]) {
+        if case .revisions(let lastEpoch, var merged) = output.last, lastEpoch == epoch {
+            output.removeLast()
+            merged.append(contentsOf: events)
+            output.append(.revisions(epoch: epoch, events: merged))
+        } else {
+            output.append(.revisions(epoch: epoch, events: events))
+        }
+    }
+
+    private mutating func releaseHeld() {
+        let floor = settledRevision()
+        // A waiting snapshot at S stands for its prefix's parts of every revision up to S: those
+        // revisions and every waiting snapshot leave together, once all mirrors reach the newest.
+        if let barrier = pendingSnapshots.last?.revision, floor < barrier { return }
+        let repairing = followers.values.contains { $0.hasState && $0.due != nil && !$0.refused }
+        var events: [Beacon_V1_Event] = []
+        var revisions = 0
+        for snapshot in pendingSnapshots {
+            while revisions < held.count && held[revisions].revision <= snapshot.revision {
+                events.append(contentsOf: held[revisions].events)
+                revisions += 1
+            }
+            if !events.isEmpty { Self.append(events, epoch: epoch, to: &steps) }
+            events.removeAll()
+            steps.append(.snapshot(prefix: snapshot.prefix, epoch: epoch, revision: snapshot.revision, kvs: snapshot.kvs))
+            releasedThrough = max(releasedThrough, snapshot.revision)
+        }
+        pendingSnapshots.removeAll()
+        // Then a revision leaves when every mirror is complete through it, or — ahead of that —
+        // when all its parts are known: one change, or a commit marker every live mirror checked,
+        // and the live stream has reached it (a delta may have fetched it ahead of revisions
+        // still on their way).
+        while revisions < held.count {
+            let next = held[revisions]
+            let whole = next.revision <= streamHead && (next.parts == 1 || next.markerSeen && !repairing)
+            guard whole || next.revision <= floor else { break }
+            events.append(contentsOf: next.events)
+            releasedThrough = max(releasedThrough, next.revision)
+            revisions += 1
+        }
+        if !events.isEmpty { Self.append(events, epoch: epoch, to: &steps) }
+        held.removeFirst(revisions)
+        statistics.revisions += revisions
+    }
+
+    private mutating func recomputeLengths() {
+        prefixLengths = Set(followers.keys.map(\.utf8.count)).sorted()
+    }
+}
