@@ -17,7 +17,8 @@ struct BadInputTests {
         #expect(malformed.error.code == .malformed)
         // A valid message with no operation (or one from a future protocol).
         try client.send(rawBody: [])
-        #expect(try client.receiveReply(timeoutMilliseconds: 5000)?.error.code == .unknownRequest)
+        let empty = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        #expect(empty.id == 0 && empty.error.code == .unknownRequest)
         try client.send(rawBody: [0x08, 0x07, 0xFA, 0x3E, 0x00])  // id 7, unknown field 999
         let unknown = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
         #expect(unknown.id == 7 && unknown.error.code == .unknownRequest)
@@ -50,6 +51,12 @@ struct BadInputTests {
         expectRejection(.futureRevision) { _ = try client.delta(prefix: "", since: 99) }
         expectRejection(.futureRevision) { _ = try client.snapshot(prefix: "", revision: 99) }
         expectRejection(.futureRevision) { _ = try client.call(.compact(.with { $0.revision = 99 })) }
+        // A history range above the head is empty, not an error (PROTOCOL.md §4.5).
+        let beyond = try client.history("", exact: false, from: 99, to: 0)
+        #expect(beyond.events.isEmpty && !beyond.more)
+        // Keys only: no value is set.
+        let keysOnly = try client.call(.list(.with { $0.prefix = "ok"; $0.keysOnly = true }))
+        #expect(keysOnly.list.kvs.map(\.key) == ["ok"] && !keysOnly.list.kvs[0].hasValue)
 
         // Batches: empty, too long, nested, or holding a bad request.
         expectRejection(.invalidArgument) { _ = try client.batch([]) }
