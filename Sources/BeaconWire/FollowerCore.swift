@@ -183,6 +183,8 @@ public struct FollowerCore: Sendable {
     }
 
     public var prefixes: [String] { Array(followers.keys) }
+    /// Whether `prefix` is followed.
+    public func isFollowing(_ prefix: String) -> Bool { followers[prefix] != nil }
     public var isEmpty: Bool { followers.isEmpty }
 
     /// Whether some follower has no state yet or waits for a fetch.
@@ -204,7 +206,7 @@ public struct FollowerCore: Sendable {
     public func hasReleased(_ revision: UInt64, forKey key: String) -> Bool {
         if held.first.map({ $0.revision <= revision }) ?? false { return false }
         if pendingSnapshots.first.map({ $0.revision <= revision }) ?? false { return false }
-        for (prefix, follower) in followers where key.utf8.starts(with: prefix.utf8) {
+        for (prefix, follower) in followers where !follower.refused && key.utf8.starts(with: prefix.utf8) {
             guard follower.isLive, follower.sequencer.through >= revision else { return false }
         }
         return true
@@ -213,7 +215,8 @@ public struct FollowerCore: Sendable {
     /// The followed prefixes covering `key` that are not yet complete through `revision`.
     public func lagging(_ key: String, behind revision: UInt64) -> [String] {
         followers.compactMap { prefix, follower in
-            key.utf8.starts(with: prefix.utf8) && !(follower.isLive && follower.sequencer.through >= revision) ? prefix : nil
+            !follower.refused && key.utf8.starts(with: prefix.utf8) && !(follower.isLive && follower.sequencer.through >= revision)
+                ? prefix : nil
         }
     }
 
@@ -323,9 +326,17 @@ public struct FollowerCore: Sendable {
     /// answer may make others due.
     public mutating func nextFetch() -> Fetch? {
         dueCatchUps()
-        // Snapshots first: a catch-up is measured against them.
-        let due = followers.filter { $0.value.due != nil && !$0.value.refused }
-        guard let (prefix, follower) = due.first(where: { $0.value.due == .snapshot }) ?? due.min(by: { $0.key < $1.key }) else {
+        guard mayHaveDue else { return nil }
+        // Snapshots first (a catch-up is measured against them), then deltas in prefix order.
+        var chosen: (prefix: String, follower: Follower)?
+        for (prefix, follower) in followers where follower.due != nil && !follower.refused {
+            if follower.due == .snapshot {
+                chosen = (prefix, follower)
+                break
+            }
+            if chosen == nil || prefix < chosen!.prefix { chosen = (prefix, follower) }
+        }
+        guard let (prefix, follower) = chosen else {
             mayHaveDue = false
             return nil
         }

@@ -51,7 +51,7 @@ extension ClientEngine {
     // MARK: Following
 
     func follow(_ prefix: String) {
-        guard !mirrors.prefixes.contains(prefix) else { return }
+        guard !mirrors.isFollowing(prefix) else { return }
         if let cached = localJournal?.contents, cached.epoch != 0, let bookmark = cached.bookmarks[prefix] {
             mirrors.follow(prefix, resumingAfter: bookmark, epoch: cached.epoch)
         } else {
@@ -61,7 +61,7 @@ extension ClientEngine {
     }
 
     func unfollow(_ prefix: String) {
-        guard mirrors.prefixes.contains(prefix) else { return }
+        guard mirrors.isFollowing(prefix) else { return }
         mirrors.unfollow(prefix)
         removeSubscription(prefix)
     }
