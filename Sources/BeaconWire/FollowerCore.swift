@@ -139,9 +139,8 @@ public struct FollowerCore: Sendable {
     private var prefixLengths: [Int] = []
     private var held: [HeldRevision] = []
     private var pendingSnapshots: [PendingSnapshot] = []
-    /// Released steps not yet taken.
-    private var steps: [Step] = []
-    private var lateEvents: [Beacon_V1_Event] = []
+    /// Whole revisions (and late fills) ready to leave, in order, ahead of everything held.
+    private var ready: [Beacon_V1_Event] = []
     /// The newest revision the live stream has reached in ``epoch`` (a diff, a commit marker, a
     /// heartbeat's head): every publication up to it has arrived or was dropped.
     private var streamHead: UInt64 = 0
@@ -204,6 +203,7 @@ public struct FollowerCore: Sendable {
     /// Whether every change through `revision` under the followed prefixes that cover `key` was
     /// released (read-your-writes).
     public func hasReleased(_ revision: UInt64, forKey key: String) -> Bool {
+        if !ready.isEmpty { return false }
         if held.first.map({ $0.revision <= revision }) ?? false { return false }
         if pendingSnapshots.first.map({ $0.revision <= revision }) ?? false { return false }
         for (prefix, follower) in followers where !follower.refused && key.utf8.starts(with: prefix.utf8) {
@@ -406,7 +406,7 @@ public struct FollowerCore: Sendable {
                 // over in the new epoch; nothing leaves until all of them have.
                 held.removeAll()
                 pendingSnapshots.removeAll()
-                lateEvents.removeAll()
+                ready.removeAll()
                 for other in followers.keys where other != prefix {
                     followers[other]!.sequencer.reset(epoch: snapshot.epoch, through: 0)
                     followers[other]!.resuming = false
@@ -432,11 +432,17 @@ public struct FollowerCore: Sendable {
     /// One whole revision under a follower's prefix, complete for that follower.
     private mutating func hold(_ events: [Beacon_V1_Event]) {
         guard let first = events.first else { return }
-        if first.revision <= releasedThrough && first.parts == 1 {
-            // A repair filled in a one-change revision this follower missed while later ones
-            // left: the receiver applies each key's change only where it is newer than what it
-            // holds. A late part of a transaction is held like any other until it is whole.
-            lateEvents.append(contentsOf: events)
+        if first.parts == 1 && (first.revision <= releasedThrough
+            || held.isEmpty && pendingSnapshots.isEmpty && first.revision <= streamHead) {
+            // One change, next in line: it can leave as it is (the common case). Or a repair
+            // filled in a one-change revision this follower missed while later ones left: the
+            // receiver applies each key's change only where it is newer than what it holds.
+            // A late part of a transaction is held like any other until it is whole.
+            ready.append(contentsOf: events)
+            if first.revision > releasedThrough {
+                releasedThrough = first.revision
+                statistics.revisions += 1
+            }
             return
         }
         var index = held.count
@@ -465,25 +471,19 @@ public struct FollowerCore: Sendable {
     /// - Returns: whether anything was appended.
     @discardableResult
     public mutating func release(into output: inout [Step]) -> Bool {
-        if !held.isEmpty || !pendingSnapshots.isEmpty { releaseHeld() }
-        if !lateEvents.isEmpty {
-            Self.append(lateEvents, epoch: epoch, to: &steps)
-            lateEvents.removeAll(keepingCapacity: true)
+        var released = false
+        if !ready.isEmpty {
+            Self.append(ready, epoch: epoch, to: &output)
+            ready.removeAll(keepingCapacity: true)
+            released = true
         }
+        if !held.isEmpty || !pendingSnapshots.isEmpty { released = releaseHeld(into: &output) || released }
         if !resumed.isEmpty {
-            steps.append(contentsOf: resumed.map { .resumed(prefix: $0) })
+            output.append(contentsOf: resumed.map { .resumed(prefix: $0) })
             resumed.removeAll()
+            released = true
         }
-        guard !steps.isEmpty else { return false }
-        for step in steps {
-            if case .revisions(let epoch, let events) = step {
-                Self.append(events, epoch: epoch, to: &output)
-            } else {
-                output.append(step)
-            }
-        }
-        steps.removeAll(keepingCapacity: true)
-        return true
+        return released
     }
 
     /// What can leave now, in order; `nil` when nothing can.
@@ -498,49 +498,64 @@ public struct FollowerCore: Sendable {
 
     /// Appends revisions to the last step when it holds revisions of the same epoch.
     private static func append(_ events: [Beacon_V1_Event], epoch: UInt64, to output: inout [Step]) {
-        if case .revisions(let lastEpoch, var merged) = output.last, lastEpoch == epoch {
-            output.removeLast()
-            merged.append(contentsOf: events)
-            output.append(.revisions(epoch: epoch, events: merged))
-        } else {
+        guard let last = output.indices.last, case .revisions(let lastEpoch, var merged) = output[last], lastEpoch == epoch else {
             output.append(.revisions(epoch: epoch, events: events))
+            return
         }
+        output[last] = .resumed(prefix: "")  // drops the step's reference: `merged` grows in place
+        merged.append(contentsOf: events)
+        output[last] = .revisions(epoch: epoch, events: merged)
     }
 
-    private mutating func releaseHeld() {
-        let floor = settledRevision()
-        // A waiting snapshot at S stands for its prefix's parts of every revision up to S: those
-        // revisions and every waiting snapshot leave together, once all mirrors reach the newest.
-        if let barrier = pendingSnapshots.last?.revision, floor < barrier { return }
-        let repairing = followers.values.contains { $0.hasState && $0.due != nil && !$0.refused }
-        var events: [Beacon_V1_Event] = []
-        var revisions = 0
-        for snapshot in pendingSnapshots {
-            while revisions < held.count && held[revisions].revision <= snapshot.revision {
-                events.append(contentsOf: held[revisions].events)
-                revisions += 1
+    /// - Returns: whether anything left.
+    private mutating func releaseHeld(into output: inout [Step]) -> Bool {
+        var floor: UInt64?
+        var count = 0
+        var snapshots = false
+        if let barrier = pendingSnapshots.last?.revision {
+            // A waiting snapshot at S stands for its prefix's parts of every revision up to S:
+            // those revisions and every waiting snapshot leave together, once all mirrors reach
+            // the newest.
+            floor = settledRevision()
+            guard floor! >= barrier else { return false }
+            snapshots = true
+            for snapshot in pendingSnapshots {
+                while count < held.count && held[count].revision <= snapshot.revision {
+                    Self.append(held[count].events, epoch: epoch, to: &output)
+                    count += 1
+                }
+                output.append(.snapshot(prefix: snapshot.prefix, epoch: epoch, revision: snapshot.revision, kvs: snapshot.kvs))
+                releasedThrough = max(releasedThrough, snapshot.revision)
             }
-            if !events.isEmpty { Self.append(events, epoch: epoch, to: &steps) }
-            events.removeAll()
-            steps.append(.snapshot(prefix: snapshot.prefix, epoch: epoch, revision: snapshot.revision, kvs: snapshot.kvs))
-            releasedThrough = max(releasedThrough, snapshot.revision)
+            pendingSnapshots.removeAll()
         }
-        pendingSnapshots.removeAll()
         // Then a revision leaves when every mirror is complete through it, or — ahead of that —
         // when all its parts are known: one change, or a commit marker every live mirror checked,
         // and the live stream has reached it (a delta may have fetched it ahead of revisions
         // still on their way).
-        while revisions < held.count {
-            let next = held[revisions]
-            let whole = next.revision <= streamHead && (next.parts == 1 || next.markerSeen && !repairing)
-            guard whole || next.revision <= floor else { break }
-            events.append(contentsOf: next.events)
+        var repairing: Bool?
+        while count < held.count {
+            let next = held[count]
+            var whole = false
+            if next.revision <= streamHead {
+                if next.parts == 1 {
+                    whole = true
+                } else if next.markerSeen {
+                    if repairing == nil { repairing = followers.values.contains { $0.hasState && $0.due != nil && !$0.refused } }
+                    whole = !repairing!
+                }
+            }
+            if !whole {
+                if floor == nil { floor = settledRevision() }
+                guard next.revision <= floor! else { break }
+            }
+            Self.append(next.events, epoch: epoch, to: &output)
             releasedThrough = max(releasedThrough, next.revision)
-            revisions += 1
+            count += 1
         }
-        if !events.isEmpty { Self.append(events, epoch: epoch, to: &steps) }
-        held.removeFirst(revisions)
-        statistics.revisions += revisions
+        held.removeFirst(count)
+        statistics.revisions += count
+        return count > 0 || snapshots
     }
 
     private mutating func recomputeLengths() {
