@@ -373,6 +373,7 @@ func eventObject(_ event: Beacon_V1_Event) -> [String: Any] {
                                  "op": event.change.kind == .put ? "put" : event.change.kind == .delete ? "delete" : "expire",
                                  "version": event.change.version, "part": event.part, "parts": event.parts]
     if event.change.kind == .put { object["value"] = event.change.value }
+    if event.timestampMs != 0 { object["timestamp_ms"] = event.timestampMs }  // 0 from a daemon that predates it
     return object
 }
 

@@ -36,11 +36,11 @@ extension AccessTests {
             ]) {
                 kill(pid, SIGSTOP)
                 defer { kill(pid, SIGCONT) }
-                FileManager.default.createFile(atPath: steps + "/junk", contents: nil)
+                _ = FileManager.default.createFile(atPath: steps + "/junk", contents: nil)
                 Thread.sleep(forTimeInterval: 0.15)
                 try root.subscribe("sys.")
                 Thread.sleep(forTimeInterval: 0.15)
-                FileManager.default.createFile(atPath: steps + "/subscribe", contents: nil)
+                _ = FileManager.default.createFile(atPath: steps + "/subscribe", contents: nil)
                 Thread.sleep(forTimeInterval: 0.15)
                 kill(pid, SIGCONT)
                 try readRoot(for: 0.7)

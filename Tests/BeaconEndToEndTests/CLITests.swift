@@ -98,6 +98,9 @@ struct CLITests {
         #expect(try await beacon(["ls", "net."], runtimeDirectory: run).lines == ["net.cfg = {\"a\":[1,true]}", "net.mtu = 9000"])
         let history = try await beacon(["history", "net.ssid", "--json"], runtimeDirectory: run)
         #expect(try history.json(1)["op"] as? String == "delete")
+        // Each change carries its commit time.
+        let committed = try #require(try history.json(1)["timestamp_ms"] as? Int)
+        #expect(abs(Double(committed) / 1000 - Date().timeIntervalSince1970) < 120)
     }
 
     @Test func aHundredThousandPublishedLinesArriveCompleteAndInOrderAtAConcurrentSubscriber() async throws {
