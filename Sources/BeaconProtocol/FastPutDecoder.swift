@@ -32,7 +32,7 @@ public struct FastPut {
             seen |= bit
             switch (field, wire) {
             case (1, 2):
-                guard let (s, e) = reader.lengthDelimited(), let key = utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else {
+                guard let (s, e) = reader.lengthDelimited(), let key = ProtoReader.utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else {
                     return false
                 }
                 result.key = key
@@ -62,15 +62,6 @@ public struct FastPut {
     /// `bytes` as a string, or `nil` when they are not valid UTF-8. ASCII, what keys almost
     /// always are, skips the general validation, which costs several times the rest of the parse.
     @inline(__always)
-    private static func utf8String(_ bytes: UnsafeRawBufferPointer) -> String? {
-        var ascii = true
-        for byte in bytes where byte >= 0x80 {
-            ascii = false
-            break
-        }
-        return ascii ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
-    }
-
     /// Whether `bytes[start..<end]` is a `Value` with exactly one scalar field set.
     private static func isScalarValue(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Bool {
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
@@ -81,7 +72,7 @@ public struct FastPut {
         case (4, 1):
             guard reader.skip(8) else { return false }
         case (5, 2):
-            guard let (s, e) = reader.lengthDelimited(), utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) != nil else {
+            guard let (s, e) = reader.lengthDelimited(), ProtoReader.utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) != nil else {
                 return false
             }
         case (6, 2):

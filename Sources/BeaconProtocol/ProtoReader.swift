@@ -32,6 +32,16 @@ struct ProtoReader {
         return (start, index)
     }
 
+    /// `bytes` as a string if they are valid UTF-8 (checked quickly when they are ASCII).
+    static func utf8String(_ bytes: UnsafeRawBufferPointer) -> String? {
+        var ascii = true
+        for byte in bytes where byte >= 0x80 {
+            ascii = false
+            break
+        }
+        return ascii ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
+    }
+
     mutating func skip(_ count: Int) -> Bool {
         guard end - index >= count else { return false }
         index += count

@@ -328,11 +328,10 @@ public final class WireClient {
                 frames = try subscriber.receiveMessage(flags: .dontWait)
             }
             guard let frames, frames.count == 2 else { return nil }
-            let body = frames[1].bytes
             switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
-            case .heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: body))
-            case .commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: body))
-            case .diff: return .diff(try Beacon_V1_Diff(serializedBytes: body))
+            case .heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes))
+            case .commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: frames[1].bytes))
+            case .diff: return .diff(try Beacon_V1_Diff(frame: frames[1]))
             }
         } catch let error as ZMQError {
             throw WireError(error)

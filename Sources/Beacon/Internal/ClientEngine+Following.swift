@@ -119,19 +119,18 @@ extension ClientEngine {
             guard let frames = try? subscriber.receiveMessage(flags: .dontWait) else { return }
             guard frames.count == 2 else { continue }
             heard()
-            let body = frames[1].bytes
             switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
             case .heartbeat:
-                guard let heartbeat = try? Beacon_V1_Heartbeat(serializedBytes: body) else { continue }
+                guard let heartbeat = try? Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes) else { continue }
                 heartbeatIntervalMs = UInt64(max(heartbeat.intervalMs, 10))
                 mirrors.receive(heartbeat)
                 for history in histories.values { history.core.receive(heartbeat) }
             case .commit:
-                guard let marker = try? Beacon_V1_CommitMarker(serializedBytes: body) else { continue }
+                guard let marker = try? Beacon_V1_CommitMarker(serializedBytes: frames[1].bytes) else { continue }
                 mirrors.receive(marker)
                 for history in histories.values { history.core.receive(marker) }
             case .diff:
-                guard let diff = try? Beacon_V1_Diff(serializedBytes: body) else { continue }
+                guard let diff = try? Beacon_V1_Diff(frame: frames[1]) else { continue }
                 mirrors.receive(diff)
                 for history in histories.values where diff.event.change.key.isUnder(history.prefix) {
                     history.core.receive(diff)

@@ -1,0 +1,58 @@
+import BeaconProtocol
+import BeaconTestSupport
+import Foundation
+import SwiftProtobuf
+import Testing
+
+/// The subscriber's hand-written `Diff` reader must agree with SwiftProtobuf on every diff the
+/// daemon publishes, and step aside (return nil) on anything it does not know.
+struct FastDiffTests {
+    static func randomValue(_ random: inout SplitMix64, depth: Int = 0) -> Beacon_V1_Value {
+        switch random.next(depth > 1 ? 6 : 8) {
+        case 0: return .with { $0.nullValue = .nullValue }
+        case 1: return .with { $0.boolValue = random.next(2) == 1 }
+        case 2: return .with { $0.intValue = Int64(bitPattern: random.next()) >> UInt64(random.next(64)) }
+        case 3: return .with { $0.doubleValue = Double(bitPattern: random.next()) }
+        case 4: return .with { $0.stringValue = ["", "wlan0", "é ✓ 🚀", String(repeating: "x", count: 300)][random.next(4)] }
+        case 5: return .with { $0.bytesValue = Data((0..<random.next(40)).map { _ in UInt8(random.next(256)) }) }
+        case 6: return .with { $0.listValue.items = (0..<random.next(4)).map { _ in randomValue(&random, depth: depth + 1) } }
+        default: return .with { $0.mapValue.entries = ["a": randomValue(&random, depth: depth + 1), "b": .with { $0.intValue = 1 }] }
+        }
+    }
+
+    @Test func agreesWithSwiftProtobufOnWhatTheDaemonPublishes() throws {
+        var random = SplitMix64(seed: 42)
+        for _ in 0..<5_000 {
+            let value = Self.randomValue(&random)
+            let kind = Beacon_V1_Change.Kind(rawValue: random.next(3))!
+            let marks: [Beacon_V1_PrefixMark] = (0..<random.next(3)).map { i in
+                .with { $0.prefix = ["", "net.", "n"][i]; $0.previousRevision = random.next(); $0.parts = UInt32(random.next(5)) }
+            }
+            let bytes = WireEncoder.diff(
+                epoch: random.next(), revision: random.next() >> 1, part: UInt32(random.next(10)), parts: UInt32(random.next(10)),
+                kind: kind, key: "net.k\(random.next(100))", encodedValue: kind == .put ? try value.serializedBytes() : [],
+                version: random.next(), createRevision: random.next(), expiresAtMilliseconds: UInt64(random.next(2)) * random.next(),
+                timestampMilliseconds: random.next(), marks: marks)
+            let expected = try Beacon_V1_Diff(serializedBytes: bytes)
+            let fast = try #require(bytes.withUnsafeBytes { FastDiff.decode($0) })
+            #expect(fast == expected)
+        }
+    }
+
+    @Test func stepsAsideForWhatItDoesNotKnow() throws {
+        let diff = Beacon_V1_Diff.with {
+            $0.epoch = 1
+            $0.event = .with { $0.revision = 2; $0.change = .with { $0.key = "k"; $0.value = .with { $0.intValue = 3 } } }
+        }
+        var bytes: [UInt8] = try diff.serializedBytes()
+        #expect(bytes.withUnsafeBytes { FastDiff.decode($0) } == diff)
+        // A field from a newer protocol: SwiftProtobuf keeps it, the fast reader declines.
+        bytes += [0xA0, 0x06, 0x01]  // field 100, varint 1
+        #expect(bytes.withUnsafeBytes { FastDiff.decode($0) } == nil)
+        // Truncated, and a key that is not UTF-8.
+        let whole: [UInt8] = try diff.serializedBytes()
+        #expect(Array(whole.dropLast()).withUnsafeBytes { FastDiff.decode($0) } == nil)
+        let badKey: [UInt8] = [0x12, 0x06, 0x22, 0x04, 0x12, 0x02, 0xC3, 0x28]  // event { change { key: C3 28 } }
+        #expect(badKey.withUnsafeBytes { FastDiff.decode($0) } == nil)
+    }
+}
