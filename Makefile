@@ -8,7 +8,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # faketime for the tests of the unit's system calls and of wall-clock steps.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux
 
-.PHONY: help deps build release run test test-race soak-core bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core soak-follower bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test          run every test (the command CI runs)"
 	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
 	@echo "make soak-core     the reactive core against its reference model, 100,000 random graphs"
+	@echo "make soak-follower the client follower core against a simulated lossy daemon, 50,000 runs"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
@@ -72,6 +73,12 @@ SOAK_BASE ?= 1000000
 soak-core: deps
 	$(SWIFT) build --build-tests
 	BEACON_MODEL_GRAPHS=$(SOAK_GRAPHS) BEACON_MODEL_BASE=$(SOAK_BASE) $(SWIFT) test --skip-build --filter ReferenceModelTests
+
+# The follower core's model test on 50,000 generated runs of drops, repairs and resyncs
+# (`make test` runs 1,000).
+soak-follower: deps
+	$(SWIFT) build --build-tests
+	BEACON_FOLLOWER_CASES=50000 $(SWIFT) test --skip-build --filter FollowerCoreModelTests
 
 bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash
 

@@ -8,8 +8,9 @@ import Testing
 /// generated runs: transactions over nested and disjoint prefixes, dropped diffs, markers and
 /// heartbeats, fetches answered at a head that has moved on. After every release the mirror
 /// must hold no transaction in part and no value older than before; at the end it must equal
-/// the daemon's state. A failing seed is printed; `BEACON_MODEL_SEED` replays it and
-/// `BEACON_MODEL_TRACE=1` prints what happened.
+/// the daemon's state. A failing seed is printed; `BEACON_FOLLOWER_SEED` replays it,
+/// `BEACON_FOLLOWER_TRACE=1` prints what happened, and `BEACON_FOLLOWER_CASES` runs more cases
+/// (`make soak-follower`).
 @Suite struct FollowerCoreModelTests {
     static let keys = ["a.x", "a.y", "b.1", "b.2", "c", "d.q"]
     static let prefixes = ["a.x", "a.y", "b.", "c"]
@@ -105,7 +106,7 @@ import Testing
         if followed.isEmpty { followed = [prefixes[0]] }
         for prefix in followed { core.follow(prefix) }
 
-        let trace = ProcessInfo.processInfo.environment["BEACON_MODEL_TRACE"] != nil
+        let trace = ProcessInfo.processInfo.environment["BEACON_FOLLOWER_TRACE"] != nil
         func sync() -> String? {
             var fetches = 0
             while let fetch = core.nextFetch() {
@@ -200,7 +201,8 @@ import Testing
 
     @Test func generatedRunsNeverShowHalfATransactionAndConverge() {
         let environment = ProcessInfo.processInfo.environment
-        let seeds: [UInt64] = environment["BEACON_MODEL_SEED"].flatMap(UInt64.init).map { [$0] } ?? Array(1...1000)
+        let cases = environment["BEACON_FOLLOWER_CASES"].flatMap(UInt64.init) ?? 1000
+        let seeds: [UInt64] = environment["BEACON_FOLLOWER_SEED"].flatMap(UInt64.init).map { [$0] } ?? Array(1...max(cases, 1))
         var failures: [String] = []
         for seed in seeds {
             if let failure = Self.run(seed: seed, steps: 300) { failures.append("seed \(seed): \(failure)") }
