@@ -107,6 +107,8 @@ public struct FollowerCore: Sendable {
         var refused = false
         /// Resumed from a bookmark and not yet confirmed.
         var resuming = false
+        /// Its state is from an epoch the journal left: nothing is released until it resyncs.
+        var staleEpoch = false
 
         var isLive: Bool { hasState && due == nil && !refused }
     }
@@ -410,6 +412,7 @@ public struct FollowerCore: Sendable {
                 for other in followers.keys where other != prefix {
                     followers[other]!.sequencer.reset(epoch: snapshot.epoch, through: 0)
                     followers[other]!.resuming = false
+                    followers[other]!.staleEpoch = followers[other]!.hasState
                     if followers[other]!.hasState || followers[other]!.due != nil { followers[other]!.due = .snapshot }
                 }
                 mayHaveDue = true
@@ -425,6 +428,7 @@ public struct FollowerCore: Sendable {
         followers[prefix]!.hasState = true
         followers[prefix]!.due = nil
         followers[prefix]!.resuming = false
+        followers[prefix]!.staleEpoch = false
     }
 
     // MARK: Holding and releasing
@@ -509,6 +513,8 @@ public struct FollowerCore: Sendable {
 
     /// - Returns: whether anything left.
     private mutating func releaseHeld(into output: inout [Step]) -> Bool {
+        // After a new epoch, the new state leaves only once every mirror has it.
+        if followers.values.contains(where: { $0.staleEpoch && !$0.refused }) { return false }
         var floor: UInt64?
         var count = 0
         var snapshots = false

@@ -18,6 +18,8 @@ import Testing
     /// The daemon: every revision's changes, in order (values are the revision that wrote them).
     struct Daemon {
         var log: [[String]] = [[]]  // log[r] = keys written at revision r; revision 0 is empty
+        /// A replaced journal starts a new epoch with an empty log.
+        var epoch: UInt64 = 1
         var head: UInt64 { UInt64(log.count - 1) }
 
         func lastWrite(_ key: String, atOrBelow revision: UInt64) -> UInt64? {
@@ -48,19 +50,19 @@ import Testing
                     (prefix, last(under: prefix, below: revision), UInt32(written.filter { $0.hasPrefix(prefix) }.count))
                 }
                 let event = FollowerCoreTests.event(key, Int64(revision), revision: revision, part: UInt32(part), parts: UInt32(written.count))
-                out.append(.diff(FollowerCoreTests.diff(event, marks: marks)))
+                out.append(.diff(FollowerCoreTests.diff(event, epoch: epoch, marks: marks)))
             }
             if written.count > 1 {
                 let marks = prefixes.filter { prefix in written.contains { $0.hasPrefix(prefix) } }.map { prefix in
                     (prefix, last(under: prefix, below: revision), UInt32(written.filter { $0.hasPrefix(prefix) }.count))
                 }
-                out.append(.commit(FollowerCoreTests.marker(revision: revision, parts: UInt32(written.count), marks: marks)))
+                out.append(.commit(FollowerCoreTests.marker(revision: revision, parts: UInt32(written.count), epoch: epoch, marks: marks)))
             }
             return out
         }
 
         func heartbeat(prefixes: [String]) -> WireClient.Publication {
-            .heartbeat(FollowerCoreTests.heartbeat(head: head, prefixes: prefixes.map { ($0, last(under: $0, below: head + 1)) }))
+            .heartbeat(FollowerCoreTests.heartbeat(head: head, epoch: epoch, prefixes: prefixes.map { ($0, last(under: $0, below: head + 1)) }))
         }
 
         /// The answer to a fetch at the current head, in pages of at most `pageRevisions`.
@@ -71,20 +73,21 @@ import Testing
             case .snapshot:
                 return snapshot(state)
             case .delta(let since, let snapshotIfSmaller):
+                if since > head { return FollowerCoreTests.refusal(.futureRevision) }
                 let changed = (Int(since) + 1..<log.count).filter { r in log[r].contains { $0.hasPrefix(fetch.prefix) } }
                 let changes = changed.reduce(0) { $0 + events(UInt64($1), under: fetch.prefix).count }
                 if snapshotIfSmaller && keys.count < changes { return snapshot(state) }
                 let page = changed.prefix(pageRevisions)
                 let more = page.count < changed.count
                 let through = more ? UInt64(page.last!) : head
-                return FollowerCoreTests.page(page.flatMap { events(UInt64($0), under: fetch.prefix) }, through: through, more: more)
+                return FollowerCoreTests.page(page.flatMap { events(UInt64($0), under: fetch.prefix) }, through: through, epoch: epoch, more: more)
             }
         }
 
         private func snapshot(_ state: [(String, Int64)]) -> Beacon_V1_Reply {
             .with {
                 $0.result = .snapshot(.with {
-                    $0.epoch = 1
+                    $0.epoch = epoch
                     $0.revision = head
                     $0.kvs = state.map { kv in .with { $0.key = kv.0; $0.value = .with { $0.intValue = kv.1 }; $0.modRevision = UInt64(kv.1) } }
                 })
@@ -99,6 +102,7 @@ import Testing
         var core = FollowerCore(mode: .mirror)
         var queue: [WireClient.Publication] = []
         var mirror: [String: UInt64] = [:]  // key → revision of the value shown
+        var graphEpoch: UInt64 = 0  // as MirrorGraph: revisions of another epoch are ignored
         let dropRate = [0, 5, 20, 50][random.next(4)]
         let pageRevisions = 1 + random.next(4)
         // Some prefixes are followed from the start, the others join later.
@@ -107,11 +111,17 @@ import Testing
         for prefix in followed { core.follow(prefix) }
 
         let trace = ProcessInfo.processInfo.environment["BEACON_FOLLOWER_TRACE"] != nil
+        var epochOf: [String: UInt64] = [:]  // key → the epoch its shown value is from
+        var visible: Set<String> = []  // prefixes whose state was released
         func sync() -> String? {
             var fetches = 0
             while let fetch = core.nextFetch() {
                 fetches += 1
                 if fetches > 1000 { return "more than 1000 fetches in a row" }
+                if random.next(4) == 0 {  // no answer in time: the fetch stays due, tried next step
+                    core.complete(fetch, with: nil)
+                    break
+                }
                 let answer = daemon.answer(fetch, pageRevisions: pageRevisions)
                 if trace { print("fetch \(fetch) at head \(daemon.head) -> \(answer.result.map { "\($0)".prefix(300) } ?? "")") }
                 core.complete(fetch, with: answer)
@@ -120,20 +130,36 @@ import Testing
                 if trace { print("release \(FollowerCoreTests.describe(release))") }
                 for step in release.steps {
                     switch step {
-                    case .revisions(_, let events):
-                        for event in events where event.revision > mirror[event.change.key] ?? 0 {
+                    case .revisions(let epoch, let events):
+                        guard epoch == graphEpoch else { continue }
+                        for event in events where epochOf[event.change.key] ?? epoch == epoch
+                            && event.revision > mirror[event.change.key] ?? 0 {
                             mirror[event.change.key] = event.revision
+                            epochOf[event.change.key] = epoch
                         }
-                    case .snapshot(let prefix, _, let revision, let kvs):
+                    case .snapshot(let prefix, let epoch, let revision, let kvs):
+                        // As MirrorGraph: the graph takes the snapshot's epoch; what the prefix
+                        // showed from another epoch is replaced, not merged.
+                        graphEpoch = epoch
+                        visible.insert(prefix)
+                        for key in mirror.keys where key.hasPrefix(prefix) && epochOf[key] != epoch {
+                            mirror[key] = nil
+                            epochOf[key] = nil
+                        }
                         for kv in kvs where kv.key.hasPrefix(prefix) && (mirror[kv.key] ?? 0) <= revision {
                             if let shown = mirror[kv.key], UInt64(kv.value.intValue) < shown {
                                 return "snapshot \(prefix)@\(revision) moved \(kv.key) back from \(shown) to \(kv.value.intValue)"
                             }
                             mirror[kv.key] = UInt64(kv.value.intValue)
+                            epochOf[kv.key] = epoch
                         }
                     case .resumed:
                         break
                     }
+                }
+                // After a new journal, nothing of the old one may show beside it.
+                if graphEpoch == daemon.epoch, let stale = mirror.keys.first(where: { epochOf[$0] != graphEpoch }) {
+                    return "\(stale) still shows epoch \(epochOf[stale] ?? 0) beside epoch \(graphEpoch)"
                 }
                 if let broken = halfTransaction() { return broken }
             }
@@ -142,10 +168,11 @@ import Testing
 
         /// A revision that wrote several followed keys, shown for some and not others.
         func halfTransaction() -> String? {
+            guard graphEpoch == daemon.epoch else { return nil }
             let shown = Set(mirror.keys)
             for revision in 1..<daemon.log.count {
-                let written = daemon.log[revision].filter { key in shown.contains(key) || followed.contains { key.hasPrefix($0) } }
-                    .filter { key in core.through(followed.first { key.hasPrefix($0) }!) != nil }
+                // Keys of prefixes whose first state was released (a mirror not yet synced shows nothing).
+                let written = daemon.log[revision].filter { key in shown.contains(key) || visible.contains { key.hasPrefix($0) } }
                 guard written.count > 1 else { continue }
                 let applied = written.map { (mirror[$0] ?? 0) >= UInt64(revision) }
                 if applied.contains(true) && applied.contains(false) {
@@ -170,6 +197,11 @@ import Testing
                 }
             case 4:
                 if random.next(100) >= dropRate { queue.append(daemon.heartbeat(prefixes: core.prefixes)) }
+                if random.next(40) == 0 {  // the journal is replaced: a new epoch starts from revision 0
+                    daemon.epoch += 1
+                    daemon.log = [[]]
+                    if trace { print("new epoch \(daemon.epoch)") }
+                }
             case 5:
                 let prefix = prefixes[random.next(prefixes.count)]
                 if !core.prefixes.contains(prefix) && random.next(4) == 0 {
@@ -185,13 +217,17 @@ import Testing
             }
             if let broken = sync() { return broken }
         }
-        // Quiet: the rest of the queue, then a heartbeat that arrives.
+        // Quiet: the rest of the queue, then a heartbeat that arrives, and every fetch answered.
         while !queue.isEmpty {
             core.receive(queue.removeFirst())
             if let broken = sync() { return broken }
         }
         core.receive(daemon.heartbeat(prefixes: core.prefixes))
+        for _ in 0..<100 where core.hasDueFetch {
+            if let broken = sync() { return broken }
+        }
         if let broken = sync() { return broken }
+        if graphEpoch != daemon.epoch { return "at the end the mirror is in epoch \(graphEpoch), the daemon in \(daemon.epoch)" }
         for key in keys where followed.contains(where: { key.hasPrefix($0) }) {
             let expected = daemon.lastWrite(key, atOrBelow: daemon.head)
             if mirror[key] != expected { return "at the end \(key) shows \(mirror[key].map(String.init) ?? "nothing"), the daemon \(expected.map(String.init) ?? "nothing")" }
