@@ -436,12 +436,13 @@ public struct FollowerCore: Sendable {
     /// One whole revision under a follower's prefix, complete for that follower.
     private mutating func hold(_ events: [Beacon_V1_Event]) {
         guard let first = events.first else { return }
-        if first.parts == 1 && (first.revision <= releasedThrough
-            || held.isEmpty && pendingSnapshots.isEmpty && first.revision <= streamHead) {
-            // One change, next in line: it can leave as it is (the common case). Or a repair
-            // filled in a one-change revision this follower missed while later ones left: the
-            // receiver applies each key's change only where it is newer than what it holds.
-            // A late part of a transaction is held like any other until it is whole.
+        if first.parts == 1 && held.isEmpty && pendingSnapshots.isEmpty
+            && (first.revision <= streamHead || first.revision <= releasedThrough) {
+            // One change with nothing held before it: it can leave as it is (the common case).
+            // Or a repair filled in a one-change revision this follower missed while later ones
+            // left: the receiver applies each key's change only where it is newer than what it
+            // holds. Behind anything held it waits its turn, and a late part of a transaction is
+            // held like any other until it is whole.
             ready.append(contentsOf: events)
             if first.revision > releasedThrough {
                 releasedThrough = first.revision

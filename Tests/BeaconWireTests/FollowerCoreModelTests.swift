@@ -238,7 +238,10 @@ import Testing
     @Test func generatedRunsNeverShowHalfATransactionAndConverge() {
         let environment = ProcessInfo.processInfo.environment
         let cases = environment["BEACON_FOLLOWER_CASES"].flatMap(UInt64.init) ?? 1000
-        let seeds: [UInt64] = environment["BEACON_FOLLOWER_SEED"].flatMap(UInt64.init).map { [$0] } ?? Array(1...max(cases, 1))
+        // Seeds that once failed (a late one-change fill leaving ahead of a held transaction).
+        let regressions: [UInt64] = [11257, 13238, 17371, 24735, 29486]
+        let seeds: [UInt64] = environment["BEACON_FOLLOWER_SEED"].flatMap(UInt64.init).map { [$0] }
+            ?? regressions + Array(1...max(cases, 1))
         var failures: [String] = []
         for seed in seeds {
             if let failure = Self.run(seed: seed, steps: 300) { failures.append("seed \(seed): \(failure)") }

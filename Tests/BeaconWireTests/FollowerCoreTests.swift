@@ -229,6 +229,19 @@ import Testing
         #expect(core.statistics.resyncs == 2)
     }
 
+    /// A journal replaced at revision 0: the first mirror's snapshot must not leave alone (its
+    /// revision, 0, is one every other mirror is trivially "complete through").
+    @Test func aNewJournalAtRevisionZeroStillWaitsForEveryMirror() {
+        var core = Self.twoMirrors()
+        core.receive(Self.heartbeat(head: 0, epoch: 2, prefixes: []))
+        let first = core.nextFetch()!
+        core.complete(first, with: Self.snapshot([], revision: 0, epoch: 2))
+        #expect(core.takeRelease() == nil, "one mirror of the new journal left beside the old")
+        let second = core.nextFetch()!
+        core.complete(second, with: Self.snapshot([], revision: 0, epoch: 2))
+        #expect(Self.describe(core.takeRelease()).sorted() == ["snap a.x@0", "snap a.y@0"])
+    }
+
     @Test func aCompactedStreamResyncsInOrder() {
         var core = FollowerCore(mode: .stream)
         core.follow("a.", resumingAfter: 0)

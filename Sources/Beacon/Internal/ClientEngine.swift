@@ -41,7 +41,7 @@ final class ClientEngine: @unchecked Sendable {
     var mirrors: FollowerCore
     /// History streams by id, each with a core of its own.
     var histories: [Int: HistoryFollower] = [:]
-    /// The distinct lengths of subscribed prefixes.
+    /// The SUB socket's subscriptions, counted: mirrors and history streams may share a prefix.
     private var subscriptionCounts: [String: Int] = [:]
     /// Released steps not yet handed to the graph (one update per loop iteration).
     var outgoing: [FollowerCore.Step] = []
