@@ -5,7 +5,7 @@ import BeaconZMQ
 import Foundation
 import Synchronization
 
-// The comparison of issue 6: raw libzmq (the ceiling), beacond, Mosquitto and Redis, driven by
+// The peer comparison: raw libzmq (the ceiling), beacond, Mosquitto and Redis, driven by
 // the same code with the same workload in one run. Every system is reached over a Unix socket
 // on this machine; every write carries a 64-byte value whose first bytes are its sequence number
 // and its send time, so subscribers measure delivery the same way for all of them.
@@ -590,7 +590,7 @@ struct PeerBench: ParsableCommand {
         print("")
         print("Ratios of medians (Beacon ÷ other; for latency, Beacon ÷ raw libzmq):")
         print("")
-        print("| figure | ratio | target (issue 6) |")
+        print("| figure | ratio | target |")
         print("| --- | --- | --- |")
         func verdict(_ met: Bool) -> String { met ? "**met**" : "**not met**" }
         let beaconWrite = figure("Beacon", "write1") ?? .nan

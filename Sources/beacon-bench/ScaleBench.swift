@@ -64,7 +64,7 @@ struct ScaleBench: ParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         print("beacon-bench scale: release beacond, durability normal, ipc")
         print("")
-        print("| figure | median [min–max] | target (issue 6) |")
+        print("| figure | median [min–max] | target |")
         print("| --- | --- | --- |")
         if only == nil || only == "catch-up" { try catchUp(directory: directory + "/catchup") }
         if only == nil || only == "memory" { try startUpAndMemory(directory: directory + "/many") }
