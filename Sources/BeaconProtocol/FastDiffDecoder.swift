@@ -38,12 +38,9 @@ public enum FastDiff {
     private static func event(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Beacon_V1_Event? {
         var event = Beacon_V1_Event()
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
-        var seen: UInt8 = 0
+        var seen: UInt64 = 0
         while !reader.atEnd {
-            guard let (field, wire) = reader.tag(), field < 6 else { return nil }
-            let bit = UInt8(1) << UInt8(field)
-            guard seen & bit == 0 else { return nil }
-            seen |= bit
+            guard let (field, wire) = reader.singularTag(below: 6, seen: &seen) else { return nil }
             switch (field, wire) {
             case (1, 0):
                 guard let revision = reader.varint() else { return nil }
@@ -70,12 +67,9 @@ public enum FastDiff {
     private static func change(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Beacon_V1_Change? {
         var change = Beacon_V1_Change()
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
-        var seen: UInt8 = 0
+        var seen: UInt64 = 0
         while !reader.atEnd {
-            guard let (field, wire) = reader.tag(), field < 7 else { return nil }
-            let bit = UInt8(1) << UInt8(field)
-            guard seen & bit == 0 else { return nil }
-            seen |= bit
+            guard let (field, wire) = reader.singularTag(below: 7, seen: &seen) else { return nil }
             switch (field, wire) {
             case (1, 0):
                 guard let raw = reader.varint(), raw <= 2, let kind = Beacon_V1_Change.Kind(rawValue: Int(raw)) else { return nil }
@@ -144,12 +138,9 @@ public enum FastDiff {
     private static func mark(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Beacon_V1_PrefixMark? {
         var mark = Beacon_V1_PrefixMark()
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
-        var seen: UInt8 = 0
+        var seen: UInt64 = 0
         while !reader.atEnd {
-            guard let (field, wire) = reader.tag(), field < 4 else { return nil }
-            let bit = UInt8(1) << UInt8(field)
-            guard seen & bit == 0 else { return nil }
-            seen |= bit
+            guard let (field, wire) = reader.singularTag(below: 4, seen: &seen) else { return nil }
             switch (field, wire) {
             case (1, 2):
                 guard let (s, e) = reader.lengthDelimited(),

@@ -24,12 +24,9 @@ public struct FastPut {
     private static func parsePut(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int, into result: inout FastPut) -> Bool {
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
         var sawValue = false
-        var seen: UInt8 = 0
+        var seen: UInt64 = 0
         while !reader.atEnd {
-            guard let (field, wire) = reader.tag(), field < 8 else { return false }
-            let bit = UInt8(1) << UInt8(field)
-            guard seen & bit == 0 else { return false }  // repeated fields: let SwiftProtobuf decide
-            seen |= bit
+            guard let (field, wire) = reader.singularTag(below: 8, seen: &seen) else { return false }
             switch (field, wire) {
             case (1, 2):
                 guard let (s, e) = reader.lengthDelimited(), let key = ProtoReader.utf8String(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else {

@@ -25,6 +25,17 @@ struct ProtoReader {
         return (tag >> 3, UInt8(tag & 7))
     }
 
+    /// The next tag of a message read field by field whose fields are all singular and numbered
+    /// below `limit` (at most 64); `nil` for a malformed tag, a field at or above the limit, or
+    /// one already in `seen` (then SwiftProtobuf, which merges repeats, should decide).
+    mutating func singularTag(below limit: UInt64, seen: inout UInt64) -> (UInt64, UInt8)? {
+        guard let (field, wire) = tag(), field < limit else { return nil }
+        let bit = UInt64(1) << field
+        guard seen & bit == 0 else { return nil }
+        seen |= bit
+        return (field, wire)
+    }
+
     mutating func lengthDelimited() -> (Int, Int)? {
         guard let length = varint(), length <= UInt64(end - index) else { return nil }
         let start = index

@@ -111,6 +111,12 @@ public struct FollowerCore: Sendable {
         var staleEpoch = false
 
         var isLive: Bool { hasState && due == nil && !refused }
+
+        /// Whether this follower, of `prefix`, covers `key` and has not applied `revision` yet
+        /// (a refused follower shows nothing, so it is never behind).
+        func isBehind(_ revision: UInt64, forKey key: String, under prefix: String) -> Bool {
+            !refused && key.utf8.starts(with: prefix.utf8) && !(isLive && sequencer.through >= revision)
+        }
     }
 
     private struct HeldRevision {
@@ -183,10 +189,10 @@ public struct FollowerCore: Sendable {
         recomputeLengths()
     }
 
+    /// The followed prefixes.
     public var prefixes: [String] { Array(followers.keys) }
     /// Whether `prefix` is followed.
     public func isFollowing(_ prefix: String) -> Bool { followers[prefix] != nil }
-    public var isEmpty: Bool { followers.isEmpty }
 
     /// Whether some follower has no state yet or waits for a fetch.
     public var isSyncing: Bool { followers.values.contains { !$0.hasState || $0.due != nil } }
@@ -208,18 +214,12 @@ public struct FollowerCore: Sendable {
         if !ready.isEmpty { return false }
         if held.first.map({ $0.revision <= revision }) ?? false { return false }
         if pendingSnapshots.first.map({ $0.revision <= revision }) ?? false { return false }
-        for (prefix, follower) in followers where !follower.refused && key.utf8.starts(with: prefix.utf8) {
-            guard follower.isLive, follower.sequencer.through >= revision else { return false }
-        }
-        return true
+        return !followers.contains { prefix, follower in follower.isBehind(revision, forKey: key, under: prefix) }
     }
 
     /// The followed prefixes covering `key` that are not yet complete through `revision`.
     public func lagging(_ key: String, behind revision: UInt64) -> [String] {
-        followers.compactMap { prefix, follower in
-            !follower.refused && key.utf8.starts(with: prefix.utf8) && !(follower.isLive && follower.sequencer.through >= revision)
-                ? prefix : nil
-        }
+        followers.compactMap { prefix, follower in follower.isBehind(revision, forKey: key, under: prefix) ? prefix : nil }
     }
 
     /// Asks for a repair of `prefix` (a writer that waited too long for its diffs).
@@ -374,9 +374,8 @@ public struct FollowerCore: Sendable {
             if follower.hasState && fetch.kind == .snapshot { statistics.resyncs += 1 }
             load(snapshot, for: fetch.prefix)
         case .events(let page):
-            if follower.sequencer.epoch == 0 {
+            if follower.sequencer.epoch == 0 {  // a stream's first page names the epoch
                 follower.sequencer.reset(epoch: page.epoch, through: follower.sequencer.through)
-                if mode == .stream && epoch == 0 { epoch = page.epoch }
                 followers[fetch.prefix] = follower
             }
             guard page.epoch == follower.sequencer.epoch, page.epoch == epoch || epoch == 0 else {

@@ -94,22 +94,7 @@ public final class PrefixFollower {
 
     private func apply(_ events: [Beacon_V1_Event]) {
         for event in events {
-            state[event.change.key] = Self.keyValue(after: event)
-        }
-    }
-
-    /// The key's entry once `event` is applied: its new value, or `nil` when it was deleted or
-    /// expired.
-    public static func keyValue(after event: Beacon_V1_Event) -> Beacon_V1_KeyValue? {
-        let change = event.change
-        guard change.kind == .put else { return nil }
-        return .with {
-            $0.key = change.key
-            $0.value = change.value
-            $0.version = change.version
-            $0.createRevision = change.createRevision
-            $0.modRevision = event.revision
-            $0.expiresAtMs = change.expiresAtMs
+            state[event.change.key] = Beacon_V1_KeyValue(after: event)
         }
     }
 }

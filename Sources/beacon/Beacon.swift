@@ -652,7 +652,7 @@ extension Beacon {
                     switch update {
                     case .revision(let events):
                         for event in events where isWanted(event.change.key) {
-                            known[event.change.key] = PrefixFollower.keyValue(after: event)
+                            known[event.change.key] = Beacon_V1_KeyValue(after: event)
                         }
                         for event in events where event.revision >= (from ?? 0) {
                             if show(event) { return }

@@ -29,15 +29,7 @@ final class HistoryFollower {
                 case .revisions(_, let events):
                     for event in events where wants(event.change.key) { continuation.yield(.change(KeyChange(event))) }
                 case .snapshot(_, _, let revision, let kvs):
-                    let state = kvs.filter { wants($0.key) }.map { kv in
-                        KeyChange(.with {
-                            $0.revision = kv.modRevision
-                            $0.change = .with {
-                                $0.key = kv.key; $0.value = kv.value; $0.version = kv.version
-                                $0.createRevision = kv.createRevision; $0.expiresAtMs = kv.expiresAtMs
-                            }
-                        })
-                    }
+                    let state = kvs.filter { wants($0.key) }.map { KeyChange(Beacon_V1_Event(writing: $0)) }
                     continuation.yield(.resynced(revision: revision, state: state))
                 case .resumed:
                     break
@@ -137,14 +129,14 @@ extension ClientEngine {
                 }
             }
             if hasDueFetch { syncFollowers(now: ClientEngine.now()) }
-            releaseHeld()
+            takeReleased()
         }
     }
 
     // MARK: Handing revisions on
 
     /// Moves what the cores released to the outgoing update and the history streams.
-    func releaseHeld() {
+    func takeReleased() {
         mirrors.release(into: &outgoing)
         for history in histories.values { history.deliver() }
     }

@@ -147,7 +147,7 @@ final class ClientEngine: @unchecked Sendable {
             if poller.readyEvents(subscriberIndex).contains(.readable) { drainPublications() }
             let now = Self.now()
             syncFollowers(now: now)
-            releaseHeld()
+            takeReleased()
             flushOutgoing()
             serviceWrites(now: now)
             if nextKeepAlive > 0 && now >= nextKeepAlive { keepSessionAlive(now: now) }

@@ -31,7 +31,7 @@ final class LocalJournal: @unchecked Sendable {
     func record(_ events: [Beacon_V1_Event], epoch: UInt64) {
         adopt(epoch)
         for event in events {
-            let record: [UInt8] = event.change.kind == .put ? ((try? Beacon_V1_KeyValue.from(event).serializedBytes()) ?? []) : []
+            let record: [UInt8] = Beacon_V1_KeyValue(after: event).flatMap { try? $0.serializedBytes() } ?? []
             keep(MirrorCache.Row(key: event.change.key, revision: event.revision, record: record))
         }
     }

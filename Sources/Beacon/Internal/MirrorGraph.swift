@@ -51,8 +51,7 @@ final class PrefixTable {
         let key = event.change.key
         guard event.revision > floor else { return (false, false) }
         if !tombstones.isEmpty, let deleted = tombstones[key], deleted >= event.revision { return (false, false) }
-        if event.change.kind == .put {
-            let kv = Beacon_V1_KeyValue.from(event)
+        if let kv = Beacon_V1_KeyValue(after: event) {
             guard let previous = entries.updateValue(kv, forKey: key) else {
                 if !tombstones.isEmpty { tombstones[key] = nil }
                 for observer in observers { observer(key, kv) }
@@ -182,7 +181,7 @@ final class MirrorGraph {
             let key = event.change.key
             if let record = records[key], record.epoch == epoch, event.revision > record.revision {
                 record.revision = event.revision
-                let kv: Beacon_V1_KeyValue? = event.change.kind == .put ? .from(event) : nil
+                let kv = Beacon_V1_KeyValue(after: event)
                 record.state.update { $0.kv = kv }
             }
             for table in tables.values where table.epoch == epoch && key.isUnder(table.prefix) {
@@ -220,21 +219,6 @@ final class MirrorGraph {
             table.synced.set(true)
             table.cached.set(false)
         }
-    }
-}
-
-extension Beacon_V1_KeyValue {
-    /// A key's state after a put event.
-    static func from(_ event: Beacon_V1_Event) -> Beacon_V1_KeyValue {
-        let change = event.change
-        var kv = Beacon_V1_KeyValue()
-        kv.key = change.key
-        kv.value = change.value
-        kv.version = change.version
-        kv.createRevision = change.createRevision
-        kv.modRevision = event.revision
-        kv.expiresAtMs = change.expiresAtMs
-        return kv
     }
 }
 
