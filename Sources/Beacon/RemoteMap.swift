@@ -82,7 +82,7 @@ public final class RemoteMap<Value: Codable & Sendable>: Signal<[String: Value]>
     public func metadata(of key: String) -> RemoteMetadata? {
         _ = table.changes.value
         guard let kv = table.entries[key] else { return nil }
-        return RemoteMetadata(exists: true, version: kv.version, createRevision: kv.createRevision, modRevision: kv.modRevision)
+        return RemoteMetadata(kv)
     }
 
     /// Whether the mirror is live, syncing or stale.

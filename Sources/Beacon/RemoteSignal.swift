@@ -1,5 +1,6 @@
 import BeaconProtocol
 import BeaconSignals
+import Foundation
 
 /// How far a mirrored key can be trusted.
 public enum RemoteStatus: String, Sendable, Equatable, CustomStringConvertible {
@@ -41,6 +42,26 @@ public struct RemoteMetadata: Sendable, Equatable {
     public var createRevision: UInt64
     /// The revision of the key's last write.
     public var modRevision: UInt64
+    /// When the key's last write was committed, by the daemon's clock; `nil` when the key does
+    /// not exist or the daemon predates commit times on current values.
+    public var modifiedAt: Date?
+
+    /// Creates metadata.
+    public init(exists: Bool, version: UInt64, createRevision: UInt64, modRevision: UInt64, modifiedAt: Date? = nil) {
+        self.exists = exists
+        self.version = version
+        self.createRevision = createRevision
+        self.modRevision = modRevision
+        self.modifiedAt = modifiedAt
+    }
+}
+
+extension RemoteMetadata {
+    /// The metadata of a live key's state.
+    init(_ kv: Beacon_V1_KeyValue) {
+        self.init(exists: true, version: kv.version, createRevision: kv.createRevision, modRevision: kv.modRevision,
+                  modifiedAt: kv.modTimeMs == 0 ? nil : Date(timeIntervalSince1970: Double(kv.modTimeMs) / 1000))
+    }
 }
 
 /// A daemon's key mirrored as a read-only signal of the reactive core.
@@ -112,7 +133,7 @@ public final class RemoteSignal<Value: Codable & Sendable>: Signal<Value> {
         guard let kv = record.state.value.kv else {
             return RemoteMetadata(exists: false, version: 0, createRevision: 0, modRevision: 0)
         }
-        return RemoteMetadata(exists: true, version: kv.version, createRevision: kv.createRevision, modRevision: kv.modRevision)
+        return RemoteMetadata(kv)
     }
 
     /// The key's version (writes since it was created; 0 when it does not exist).

@@ -347,7 +347,8 @@ extension BeaconServer {
         for entry in entries {
             result.kvs.append(try keyValue(entry.key, .init(
                 value: entry.value, version: entry.version, createRevision: entry.createRevision,
-                modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds, isDeleted: false)))
+                modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds, isDeleted: false,
+                modTimeMilliseconds: entry.modTimeMilliseconds)))
         }
         return result
     }

@@ -22,6 +22,8 @@ struct SignalStore {
         var isDeleted: Bool
         /// The writer's session the key is bound to (empty: none).
         var session: [UInt8] = []
+        /// Commit time (Unix ms) of `modRevision`; 0 when not known.
+        var modTimeMilliseconds: UInt64 = 0
     }
 
     /// What a write's preconditions look at in a live entry.
@@ -70,7 +72,8 @@ struct SignalStore {
             let record = EntryRecord.make(
                 key: key, keyHash: KeyIndex.hash(key), value: item.value, session: item.session, version: item.version,
                 createRevision: item.createRevision, modRevision: item.modRevision,
-                expiresAtMilliseconds: item.expiresAtMilliseconds, isDeleted: item.isDeleted)
+                expiresAtMilliseconds: item.expiresAtMilliseconds, modTimeMilliseconds: item.modTimeMilliseconds,
+                isDeleted: item.isDeleted)
             let (id, previous) = put(record, key: key)
             if previous == nil {
                 let inOrder = ordered.last.map { last in records[Int(last)]!.withKey { keyOrder($0, key) < 0 } } ?? true
@@ -138,7 +141,7 @@ struct SignalStore {
                     key: key, keyHash: hash(of: key), value: changes[index].value, session: changes[index].session,
                     version: changes[index].version, createRevision: changes[index].createRevision,
                     modRevision: changes[index].revision, expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
-                    isDeleted: changes[index].kind != .put)
+                    modTimeMilliseconds: changes[index].timestampMilliseconds, isDeleted: changes[index].kind != .put)
                 let (id, previous) = put(record, key: key)
                 if previous == nil { unordered.append(id) }
                 if undo.first == nil { undo.first = (id, previous) } else { undo.rest.append((id, previous)) }
@@ -392,6 +395,6 @@ extension SignalStore.Entry {
         let header = record.fields
         self.init(value: record.value, version: header.version, createRevision: header.createRevision,
                   modRevision: header.modRevision, expiresAtMilliseconds: header.expiresAtMilliseconds,
-                  isDeleted: header.isDeleted, session: record.session)
+                  isDeleted: header.isDeleted, session: record.session, modTimeMilliseconds: header.modTimeMilliseconds)
     }
 }

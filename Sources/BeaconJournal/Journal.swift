@@ -8,7 +8,7 @@ internal import CBeaconSQLite
 /// process opening the same file gets a ``JournalError`` with code ``JournalError/Code/locked``.
 public final class Journal {
     /// The schema version this code writes; older journals are migrated at open.
-    public static let schemaVersion: Int64 = 4
+    public static let schemaVersion = Int64(migrations.count)
     /// How much of the journal file SQLite reads through a memory map (256 MiB).
     static let mappedBytes = 256 << 20
 
@@ -208,27 +208,36 @@ public final class Journal {
             FROM changes ORDER BY revision, part;
         DROP TABLE changes;
         """,
+        // 5: each key's commit time of its last write, for readers of current values.
+        """
+        ALTER TABLE state ADD COLUMN mod_time INTEGER NOT NULL DEFAULT 0;
+        UPDATE state SET mod_time = coalesce((SELECT timestamp FROM change_log
+            WHERE position >= \(LogPosition.positionSQL(revision: "state.mod_revision", part: "0"))
+              AND position < \(LogPosition.positionSQL(revision: "(state.mod_revision + 1)", part: "0")) LIMIT 1), 0);
+        """,
     ]
 
     private func prepareStatements() throws(SQLiteError) {
         changeLog = try ChangeLogWriter(database: database)
         // The latest change of every key changed at or after position ?1.
         upsertState = try database.prepare("""
-            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session)
-            SELECT key, value, version, create_revision, \(LogPosition.revisionSQL()), expires_at, kind != 0, session FROM (
-              SELECT key, value, version, create_revision, position, expires_at, kind, session, max(position)
+            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session, mod_time)
+            SELECT key, value, version, create_revision, \(LogPosition.revisionSQL()), expires_at, kind != 0, session, timestamp FROM (
+              SELECT key, value, version, create_revision, position, expires_at, kind, session, timestamp, max(position)
               FROM change_log WHERE position >= ?1 GROUP BY key)
             WHERE true
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version,
               create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
-              expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session
+              expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session,
+              mod_time = excluded.mod_time
             """)
         upsertStateRow = try database.prepare("""
-            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            INSERT INTO state(key, value, version, create_revision, mod_revision, expires_at, deleted, session, mod_time)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version,
               create_revision = excluded.create_revision, mod_revision = excluded.mod_revision,
-              expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session
+              expires_at = excluded.expires_at, deleted = excluded.deleted, session = excluded.session,
+              mod_time = excluded.mod_time
             """)
         saveStateRevision = try database.prepare(
             "INSERT INTO meta(name, value) VALUES ('state_revision', ?1) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
@@ -341,6 +350,7 @@ public final class Journal {
         statement.bind(5, change.revision)
         statement.bind(6, change.expiresAtMilliseconds)
         statement.bind(7, change.kind == .put ? Int64(0) : Int64(1))
+        statement.bind(9, change.timestampMilliseconds)
         try statement.borrowing(text: change.key, at: 1) { () throws(SQLiteError) in
             try statement.borrowing(blob: change.value, at: 2) { () throws(SQLiteError) in
                 try statement.borrowing(blob: change.session, at: 8) { () throws(SQLiteError) in try statement.run() }
@@ -379,13 +389,13 @@ public final class Journal {
         try checkpointState()
         do {
             let statement = try database.prepare(
-                "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted, session FROM state ORDER BY key")
+                "SELECT key, value, version, create_revision, mod_revision, expires_at, deleted, session, mod_time FROM state ORDER BY key")
             while try statement.step() {
                 body(JournalEntry(
                     key: statement.text(0), value: statement.blob(1) ?? [], version: statement.uint(2),
                     createRevision: statement.uint(3), modRevision: statement.uint(4),
                     expiresAtMilliseconds: statement.uint(5), isDeleted: statement.int(6) != 0,
-                    session: statement.blob(7) ?? []))
+                    session: statement.blob(7) ?? [], modTimeMilliseconds: statement.uint(8)))
             }
             // The scan touched every page of the state through the memory map. Mapping the file
             // afresh takes those pages out of the daemon's resident memory; they stay in the
@@ -465,7 +475,7 @@ public final class Journal {
             // The latest change of each key at or below the revision; SQLite takes the bare
             // columns from the row that holds the max().
             let statement = try database.prepare("""
-                SELECT key, value, version, create_revision, \(LogPosition.revisionSQL()), expires_at, kind, max(position)
+                SELECT key, value, version, create_revision, \(LogPosition.revisionSQL()), expires_at, kind, timestamp, max(position)
                 FROM change_log WHERE key >= ?1 AND key < ?2 AND position < ?4
                 GROUP BY key HAVING kind = 0 AND key > ?3
                 ORDER BY key LIMIT ?5
@@ -480,7 +490,7 @@ public final class Journal {
                 entries.append(JournalEntry(
                     key: statement.text(0), value: statement.blob(1) ?? [], version: statement.uint(2),
                     createRevision: statement.uint(3), modRevision: statement.uint(4),
-                    expiresAtMilliseconds: statement.uint(5), isDeleted: false))
+                    expiresAtMilliseconds: statement.uint(5), isDeleted: false, modTimeMilliseconds: statement.uint(7)))
             }
             return entries
         } catch {

@@ -66,10 +66,12 @@ public struct JournalEntry: Sendable, Equatable {
     public var isDeleted: Bool
     /// The writer's session the key is bound to (empty: none).
     public var session: [UInt8]
+    /// Commit time (Unix ms) of `modRevision`; 0 when not known.
+    public var modTimeMilliseconds: UInt64
 
     /// Creates an entry.
     public init(key: String, value: [UInt8], version: UInt64, createRevision: UInt64, modRevision: UInt64,
-                expiresAtMilliseconds: UInt64, isDeleted: Bool, session: [UInt8] = []) {
+                expiresAtMilliseconds: UInt64, isDeleted: Bool, session: [UInt8] = [], modTimeMilliseconds: UInt64 = 0) {
         self.key = key
         self.value = value
         self.version = version
@@ -78,6 +80,7 @@ public struct JournalEntry: Sendable, Equatable {
         self.expiresAtMilliseconds = expiresAtMilliseconds
         self.isDeleted = isDeleted
         self.session = session
+        self.modTimeMilliseconds = modTimeMilliseconds
     }
 }
 

@@ -10,6 +10,7 @@ extension Beacon_V1_KeyValue {
         createRevision = change.createRevision
         modRevision = event.revision
         expiresAtMs = change.expiresAtMs
+        modTimeMs = event.timestampMs
     }
 }
 
@@ -18,6 +19,7 @@ extension Beacon_V1_Event {
     public init(writing kv: Beacon_V1_KeyValue) {
         self.init()
         revision = kv.modRevision
+        timestampMs = kv.modTimeMs
         change = .with {
             $0.key = kv.key
             $0.value = kv.value

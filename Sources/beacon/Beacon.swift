@@ -332,11 +332,12 @@ private func appendJSON(_ any: Any, to output: inout String) {
     }
 }
 
-/// The record of a key's current value, in the shape of a change: `op` is `put` and `revision`
-/// the revision that wrote the value.
+/// The record of a key's current value, in the shape of a change: `op` is `put`, `revision` the
+/// revision that wrote the value and `timestamp_ms` its commit time.
 func keyValueObject(_ kv: Beacon_V1_KeyValue) -> [String: Any] {
     var object: [String: Any] = ["key": kv.key, "op": "put", "revision": kv.modRevision, "value": kv.value,
                                  "version": kv.version, "create_revision": kv.createRevision, "mod_revision": kv.modRevision]
+    if kv.modTimeMs != 0 { object["timestamp_ms"] = kv.modTimeMs }  // 0 from a daemon that predates it
     if let remaining = remainingTTL(kv) {
         object["ttl_ms"] = remaining
     }

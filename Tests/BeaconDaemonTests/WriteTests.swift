@@ -136,6 +136,36 @@ struct WriteTests {
         #expect(try again.get("k3").value.intValue == 3)
         await restarted.stop()
     }
+
+    /// A current value carries its last write's commit time (`mod_time_ms`): the event's
+    /// `timestamp_ms`, the same through Get, List, snapshots at the head and below it, and a restart.
+    @Test func currentValuesCarryTheirLastWritesCommitTime() async throws {
+        let daemon = try TestDaemon()
+        let client = try daemon.client()
+        let before = Journal.nowMilliseconds()
+        _ = try client.put("t.a", .int(1))
+        try await Task.sleep(for: .milliseconds(20))
+        let second = try client.put("t.a", .int(2))
+        _ = try client.put("t.b", .int(3))
+        let after = Journal.nowMilliseconds()
+        let events = try client.history("t.", from: 1).events
+        let times = Dictionary(events.map { ($0.revision, $0.timestampMs) }, uniquingKeysWith: { first, _ in first })
+        #expect(events.allSatisfy { $0.timestampMs >= before && $0.timestampMs <= after })
+        #expect(times[second.revision]! > times[1]!)
+
+        func expectTimes(_ client: WireClient) throws {
+            #expect(try client.get("t.a").modTimeMs == times[second.revision])
+            let list = try client.call(.list(.with { $0.prefix = "t." })).list
+            #expect(list.kvs.map(\.modTimeMs) == [times[second.revision], times[3]])
+            #expect(try client.snapshot(prefix: "t.").kvs.map(\.modTimeMs) == [times[second.revision], times[3]])
+            #expect(try client.snapshot(prefix: "t.", revision: 1).kvs.map(\.modTimeMs) == [times[1]])
+        }
+        try expectTimes(client)
+        await daemon.stop()
+        let restarted = try TestDaemon { $0.stateDirectory = daemon.configuration.stateDirectory }
+        try expectTimes(try restarted.client())
+        await restarted.stop()
+    }
 }
 
 @Suite(.timeLimit(.minutes(1)))

@@ -101,6 +101,12 @@ struct CLITests {
         // Each change carries its commit time.
         let committed = try #require(try history.json(1)["timestamp_ms"] as? Int)
         #expect(abs(Double(committed) / 1000 - Date().timeIntervalSince1970) < 120)
+        // A current value carries the commit time of the write that made it, in the same field.
+        let mtuHistory = try await beacon(["history", "net.mtu", "--json"], runtimeDirectory: run)
+        let lastWrite = try #require(try mtuHistory.json(mtuHistory.lines.count - 1)["timestamp_ms"] as? Int)
+        #expect(try get.json()["timestamp_ms"] as? Int == lastWrite)
+        let listed = try await beacon(["ls", "net.", "--json"], runtimeDirectory: run)
+        #expect(try (0..<2).allSatisfy { try listed.json($0)["timestamp_ms"] is Int })
     }
 
     @Test func aHundredThousandPublishedLinesArriveCompleteAndInOrderAtAConcurrentSubscriber() async throws {

@@ -26,6 +26,8 @@ struct ClientTests {
         test.onQueue {
             #expect(a.value == 2)
             #expect(a.metadata.modRevision == first.revision)
+            // The write's commit time, by the daemon's clock (this machine's).
+            #expect(abs(a.metadata.modifiedAt?.timeIntervalSinceNow ?? 1_000) < 60)
             #expect(a.version == 1)
         }
         // A transaction lands as one batch: the effect runs once and never sees half of it.
@@ -44,6 +46,7 @@ struct ClientTests {
             #expect(a.isDeleted)
             #expect(a.value == 0)
             #expect(!a.metadata.exists)
+            #expect(a.metadata.modifiedAt == nil)
         }
         test.onQueue { effectHandle.dispose() }
         test.client.close()

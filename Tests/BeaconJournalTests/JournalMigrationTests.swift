@@ -56,19 +56,21 @@ struct JournalMigrationTests {
 
         #expect(try journal.snapshot(prefix: "", at: 2).map(\.key) == ["a.x", "b"])
         #expect(try journal.snapshot(prefix: "", at: 4).map(\.key) == ["a.x", "c"])
+        #expect(try journal.snapshot(prefix: "", at: 4).map(\.modTimeMilliseconds) == [2000, 4000])
         #expect(try journal.lastRevision(prefix: "b", atOrBelow: 4) == 3)
         #expect(try journal.lastRevision(before: 2500) == 2)
         #expect(try journal.recentWriteIDs(revisions: 10).map(\.revision) == [1, 3])
 
-        // The state table caught up from the migrated log (it lagged at revision 2).
+        // The state table caught up from the migrated log (it lagged at revision 2); its rows
+        // from before the migration got their commit times from the log.
         let state = try journal.loadState()
         #expect(state == [
             JournalEntry(key: "a.x", value: [0x0A, 0x02], version: 2, createRevision: 1, modRevision: 2,
-                         expiresAtMilliseconds: 0, isDeleted: false),
+                         expiresAtMilliseconds: 0, isDeleted: false, modTimeMilliseconds: 2000),
             JournalEntry(key: "b", value: [], version: 0, createRevision: 0, modRevision: 3,
-                         expiresAtMilliseconds: 0, isDeleted: true),
+                         expiresAtMilliseconds: 0, isDeleted: true, modTimeMilliseconds: 3000),
             JournalEntry(key: "c", value: [0x0C, 0x01], version: 1, createRevision: 4, modRevision: 4,
-                         expiresAtMilliseconds: 0, isDeleted: false),
+                         expiresAtMilliseconds: 0, isDeleted: false, modTimeMilliseconds: 4000),
         ])
         #expect(journal.stateRevision == 4)
     }

@@ -28,7 +28,7 @@ struct JournalTests {
         let epoch = journal!.epoch
         #expect(epoch != 0)
         try journal!.append([put(1, "a.x", "1", version: 1)])
-        try journal!.append([put(2, "a.x", "2", version: 2, created: 1), put(2, "b", "3", version: 1, part: 1, parts: 2)])
+        try journal!.append([put(2, "a.x", "2", version: 2, created: 1, at: 2000), put(2, "b", "3", version: 1, part: 1, parts: 2, at: 2000)])
         try journal!.append([delete(3, "b")])
         journal!.close()
         journal = nil
@@ -38,7 +38,7 @@ struct JournalTests {
         let state = try reopened.loadState()
         #expect(state.map(\.key) == ["a.x", "b"])
         #expect(state[0] == JournalEntry(key: "a.x", value: Array("2".utf8), version: 2, createRevision: 1, modRevision: 2,
-                                         expiresAtMilliseconds: 0, isDeleted: false))
+                                         expiresAtMilliseconds: 0, isDeleted: false, modTimeMilliseconds: 2000))
         #expect(state[1].isDeleted && state[1].modRevision == 3)
     }
 
@@ -234,20 +234,20 @@ struct JournalTests {
                 let key = "k\(Int.random(in: 0..<25, using: &random))"
                 if versions[key] != nil && Int.random(in: 0..<4, using: &random) == 0 {
                     changes.append(JournalChange(revision: revision, part: UInt32(part), parts: UInt32(parts), kind: .delete, key: key,
-                                                 version: 0, createRevision: 0, timestampMilliseconds: 1000))
+                                                 version: 0, createRevision: 0, timestampMilliseconds: 1000 + revision))
                     versions[key] = nil
                     model[key] = JournalEntry(key: key, value: [], version: 0, createRevision: 0, modRevision: revision,
-                                              expiresAtMilliseconds: 0, isDeleted: true)
+                                              expiresAtMilliseconds: 0, isDeleted: true, modTimeMilliseconds: 1000 + revision)
                 } else {
                     let current = versions[key] ?? (0, revision)
                     let value = Array("\(revision).\(part)".utf8)
                     changes.append(JournalChange(revision: revision, part: UInt32(part), parts: UInt32(parts), kind: .put, key: key,
                                                  value: value, version: current.version + 1, createRevision: current.created,
-                                                 timestampMilliseconds: 1000, session: part == 1 ? [7] : []))
+                                                 timestampMilliseconds: 1000 + revision, session: part == 1 ? [7] : []))
                     versions[key] = (current.version + 1, current.created)
                     model[key] = JournalEntry(key: key, value: value, version: current.version + 1, createRevision: current.created,
                                               modRevision: revision, expiresAtMilliseconds: 0, isDeleted: false,
-                                              session: part == 1 ? [7] : [])
+                                              session: part == 1 ? [7] : [], modTimeMilliseconds: 1000 + revision)
                 }
             }
             try journal.append(changes)
@@ -337,7 +337,8 @@ struct JournalTests {
             .map { change in
                 JournalEntry(key: change.key, value: change.value, version: change.version, createRevision: change.createRevision,
                              modRevision: change.revision, expiresAtMilliseconds: change.expiresAtMilliseconds,
-                             isDeleted: change.kind != .put, session: change.session)
+                             isDeleted: change.kind != .put, session: change.session,
+                             modTimeMilliseconds: change.timestampMilliseconds)
             }
             .sorted { Array($0.key.utf8).lexicographicallyPrecedes(Array($1.key.utf8)) }
         #expect(try crashed.loadState() == expected)

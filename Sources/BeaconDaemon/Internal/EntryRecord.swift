@@ -11,6 +11,8 @@ final class EntryRecord: ManagedBuffer<EntryRecord.Header, UInt8> {
         var createRevision: UInt64
         var modRevision: UInt64
         var expiresAtMilliseconds: UInt64
+        /// Commit time (Unix ms) of `modRevision`.
+        var modTimeMilliseconds: UInt64
         /// The key's hash, as the key index uses it.
         var keyHash: UInt32
         var valueCount: UInt32
@@ -28,12 +30,12 @@ final class EntryRecord: ManagedBuffer<EntryRecord.Header, UInt8> {
     /// Makes a record; `key` is at most `UInt16.max` bytes and `session` at most 255.
     static func make(key: UnsafeRawBufferPointer, keyHash: UInt32, value: [UInt8], session: [UInt8], version: UInt64,
                      createRevision: UInt64, modRevision: UInt64, expiresAtMilliseconds: UInt64,
-                     isDeleted: Bool) -> EntryRecord {
+                     modTimeMilliseconds: UInt64, isDeleted: Bool) -> EntryRecord {
         precondition(key.count <= Int(UInt16.max) && session.count <= Int(UInt8.max) && value.count <= Int(UInt32.max))
         let size = key.count + value.count + session.count
         let buffer = create(minimumCapacity: size) { _ in
             Header(version: version, createRevision: createRevision, modRevision: modRevision,
-                   expiresAtMilliseconds: expiresAtMilliseconds, keyHash: keyHash, valueCount: UInt32(value.count),
+                   expiresAtMilliseconds: expiresAtMilliseconds, modTimeMilliseconds: modTimeMilliseconds, keyHash: keyHash, valueCount: UInt32(value.count),
                    keyCount: UInt16(key.count), sessionCount: UInt8(session.count), isDeleted: isDeleted)
         }
         let record = unsafeDowncast(buffer, to: EntryRecord.self)

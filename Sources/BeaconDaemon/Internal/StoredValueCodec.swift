@@ -23,6 +23,7 @@ enum StoredValueCodec {
         kv.createRevision = entry.createRevision
         kv.modRevision = entry.modRevision
         kv.expiresAtMs = entry.expiresAtMilliseconds
+        kv.modTimeMs = entry.modTimeMilliseconds
         return kv
     }
 

@@ -199,6 +199,9 @@ public nonisolated struct Beacon_V1_KeyValue: Sendable {
   /// Unix time in ms when the key expires; 0 = never
   public var expiresAtMs: UInt64 = 0
 
+  /// commit time (Unix ms) of mod_revision; 0 = not known (an older daemon)
+  public var modTimeMs: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1737,7 +1740,7 @@ nonisolated extension Beacon_V1_MapValue: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Beacon_V1_KeyValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".KeyValue"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}value\0\u{1}version\0\u{3}create_revision\0\u{3}mod_revision\0\u{3}expires_at_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}value\0\u{1}version\0\u{3}create_revision\0\u{3}mod_revision\0\u{3}expires_at_ms\0\u{3}mod_time_ms\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1751,6 +1754,7 @@ nonisolated extension Beacon_V1_KeyValue: SwiftProtobuf.Message, SwiftProtobuf._
       case 4: try { try decoder.decodeSingularUInt64Field(value: &self.createRevision) }()
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.modRevision) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.expiresAtMs) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.modTimeMs) }()
       default: break
       }
     }
@@ -1779,6 +1783,9 @@ nonisolated extension Beacon_V1_KeyValue: SwiftProtobuf.Message, SwiftProtobuf._
     if self.expiresAtMs != 0 {
       try visitor.visitSingularUInt64Field(value: self.expiresAtMs, fieldNumber: 6)
     }
+    if self.modTimeMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.modTimeMs, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1789,6 +1796,7 @@ nonisolated extension Beacon_V1_KeyValue: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.createRevision != rhs.createRevision {return false}
     if lhs.modRevision != rhs.modRevision {return false}
     if lhs.expiresAtMs != rhs.expiresAtMs {return false}
+    if lhs.modTimeMs != rhs.modTimeMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
