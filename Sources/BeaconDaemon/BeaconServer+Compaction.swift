@@ -2,26 +2,16 @@ import BeaconJournal
 import BeaconProtocol
 import Foundation
 
-/// The loop's share of a compaction under way: how large its steps are, when the next is due,
-/// and the `Compact` requests waiting for it to finish.
+/// The loop's share of a compaction under way: the pace of its steps, and the `Compact`
+/// requests waiting for it to finish.
 struct CompactionSchedule {
-    /// How long one step should hold the loop, in nanoseconds.
-    static let stepTargetNanoseconds: UInt64 = 8_000_000
-    /// Change records the next step examines, adjusted after each step to meet `stepTarget`.
-    var stepRows = 4096
-    /// Under load, no step before this time (monotonic nanoseconds).
-    var nextStepAt: UInt64 = 0
+    /// Change records a step examines, sized to hold the loop about 8 ms.
+    var pacer = StepPacer(initialSize: 4096, sizes: 256...1_048_576)
     /// When the compaction under way started (monotonic nanoseconds).
     var startedAt: UInt64 = 0
-    /// Whether the last step failed: the next waits for `nextStepAt` even when the loop is idle.
-    var backingOff = false
     /// `Compact` requests answered when the compaction under way finishes, in the places their
     /// connections' replies keep for them.
     var waiters: [(ticket: HoldTicket, id: UInt64)] = []
-
-    static func monotonicNanoseconds() -> UInt64 {
-        DispatchTime.now().uptimeNanoseconds
-    }
 }
 
 extension BeaconServer {
@@ -31,8 +21,8 @@ extension BeaconServer {
         flushWrites()  // the journal is the loop's to use only with no commit in flight
         guard try pipeline.journal.beginCompaction(through: revision) else { return }
         store.dropTombstones(through: pipeline.compactedRevision)
-        compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
-        compactionSchedule.nextStepAt = 0
+        compactionSchedule.startedAt = StepPacer.monotonicNanoseconds()
+        compactionSchedule.pacer.start()
         logger.info("journal compaction started", metadata: ["journal.compacted": "\(pipeline.compactedRevision)"])
     }
 
@@ -48,37 +38,27 @@ extension BeaconServer {
     }
 
     /// Nanoseconds until the loop should run the next compaction step (0: now), or `nil` when no
-    /// compaction is under way. Steps run back to back while the loop is otherwise idle, take no
-    /// more than half of its time while requests keep coming, and wait a second after a failure.
+    /// compaction is under way (paced by ``StepPacer``).
     func compactionStepWait(busy: Bool) -> UInt64? {
         guard pipeline.isCompacting else { return nil }
-        let earliest = busy || compactionSchedule.backingOff ? compactionSchedule.nextStepAt : 0
-        let now = CompactionSchedule.monotonicNanoseconds()
-        return earliest > now ? earliest - now : 0
+        return compactionSchedule.pacer.wait(busy: busy)
     }
 
     /// Runs one step of the compaction under way, and answers its waiters when it finishes.
     func compactionStep() {
         flushWrites()
-        let started = CompactionSchedule.monotonicNanoseconds()
+        let started = StepPacer.monotonicNanoseconds()
         let progress: CompactionProgress?
         do {
-            progress = try pipeline.journal.continueCompaction(rows: compactionSchedule.stepRows)
+            progress = try pipeline.journal.continueCompaction(rows: compactionSchedule.pacer.size)
         } catch {
             logger.warning("compaction step failed; retrying in 1 s", metadata: ["error": "\(error)"])
-            compactionSchedule.nextStepAt = started + 1_000_000_000
-            compactionSchedule.backingOff = true
+            compactionSchedule.pacer.failed()
             return
         }
-        compactionSchedule.backingOff = false
-        let now = CompactionSchedule.monotonicNanoseconds()
-        let elapsed = max(now - started, 1)
-        // Towards the target duration, at most doubling: a quick step may have been a cheap one.
-        let scaled = Double(compactionSchedule.stepRows) * min(Double(CompactionSchedule.stepTargetNanoseconds) / Double(elapsed), 2)
-        compactionSchedule.stepRows = Int(min(max(scaled, 256), 1_048_576))
-        compactionSchedule.nextStepAt = now + elapsed
+        compactionSchedule.pacer.stepped(startedAt: started)
         guard let progress, progress.isFinished else { return }
-        let seconds = Double(now - compactionSchedule.startedAt) / 1e9
+        let seconds = Double(StepPacer.monotonicNanoseconds() - compactionSchedule.startedAt) / 1e9
         logger.info("journal compacted", metadata: [
             "journal.compacted": "\(progress.target)", "removed": "\(progress.removed)",
             "seconds": "\((seconds * 1000).rounded() / 1000)"])

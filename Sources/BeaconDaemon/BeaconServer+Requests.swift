@@ -72,6 +72,12 @@ extension BeaconServer {
             } catch {
                 refuse(request.id, error, route: route)
             }
+        case .backup(let backup):
+            do {
+                try requestBackup(backup, id: request.id, route: route)
+            } catch {
+                refuse(request.id, error, route: route)
+            }
         case nil:
             reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
         case .some(let op):
@@ -217,16 +223,6 @@ extension BeaconServer {
             reply.events = try events(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
                                       to: to, limit: history.limit)
 
-        case .backup(let request):
-            guard current.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "") }
-            var token = [UInt8](request.token)
-            if token.isEmpty {
-                guard request.offset == 0 else { throw Refusal(.invalidArgument, "a new backup starts at offset 0") }
-                // The journal is idle here: a read request first commits what is staged.
-                token = try backups.make(from: pipeline.journal, revision: store.headRevision, now: now)
-            }
-            reply.backup = try backups.chunk(token, at: request.token.isEmpty ? UInt64(0) : request.offset, now: now)
-
         case .stats:
             guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
             reply.stats = .with {
@@ -285,8 +281,8 @@ extension BeaconServer {
                 $0.expiresAtMs = Journal.nowMilliseconds() + ttl  // as users read it: wall time
             }
 
-        case .put, .delete, .txn, .batch, .compact:
-            preconditionFailure("writes are staged, batches unpacked and compactions scheduled, not answered here")
+        case .put, .delete, .txn, .batch, .compact, .backup:
+            preconditionFailure("writes are staged, batches unpacked, compactions and backups scheduled, not answered here")
         }
         return reply
     }

@@ -57,6 +57,8 @@ public final class BeaconServer: @unchecked Sendable {
     var compactionSchedule = CompactionSchedule()
     /// Journal copies being read by `Backup` requests.
     @exclusivity(unchecked) var backups: BackupCopies
+    /// The pace of the steps that make a backup copy: pages per step, sized to hold the loop about 8 ms.
+    var backupPacer = StepPacer(initialSize: 256, sizes: 16...262_144)
 
     private var context: ZMQContext?
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
@@ -152,7 +154,7 @@ public final class BeaconServer: @unchecked Sendable {
         backups.removeLeftovers()
         journalBytes = pipeline.sizeInBytes
         if pipeline.isCompacting {
-            compactionSchedule.startedAt = CompactionSchedule.monotonicNanoseconds()
+            compactionSchedule.startedAt = StepPacer.monotonicNanoseconds()
             logger.info("resuming the journal compaction an earlier run left unfinished", metadata: [
                 "journal.compacted": "\(pipeline.compactedRevision)"])
         }
@@ -454,7 +456,8 @@ public final class BeaconServer: @unchecked Sendable {
         while !stopFlag.load(ordering: .relaxed) {
             let now = MonotonicTime.now()
             var timeout = Int(min(now.milliseconds(until: timers.nextDeadline ?? .distantFuture), 60_000))
-            if let wait = compactionStepWait(busy: servedRequests) {
+            for wait in [compactionStepWait(busy: servedRequests), backupStepWait(busy: servedRequests)] {
+                guard let wait else { continue }
                 timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
             }
             if polledGeneration != publisher.generation {
@@ -522,6 +525,7 @@ public final class BeaconServer: @unchecked Sendable {
             }
             if staging { submitStagedIfIdle() }
             if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
+            if backupStepWait(busy: servedRequests) == 0 { backupStep() }
             applyPendingReload()
         }
         // Requests already read are answered; then everything closes in order.

@@ -544,15 +544,17 @@ public final class Journal {
         }
     }
 
-    /// Writes a consistent copy of the whole journal to a new SQLite file at `path`, which must
-    /// not exist: a journal `beacond` can open in its place (restore: stop the daemon, put the
-    /// copy where the journal was, without the old `-wal` and `-shm` files, start it). The copy
-    /// holds everything committed before the call, under an epoch of its own: a daemon restored
-    /// from it may lack revisions its clients saw, and a new epoch makes them resync rather than
-    /// take its next revisions for ones they have.
-    /// - Returns: the copy's epoch.
-    @discardableResult
-    public func backup(to path: String) throws(JournalError) -> UInt64 {
+    /// Starts a consistent copy of the whole journal in a new SQLite file at `path`, which must
+    /// not exist, made in steps by ``JournalBackup/step(pages:)``: a journal `beacond` can open
+    /// in its place (restore: stop the daemon, put the copy where the journal was, without the
+    /// old `-wal` and `-shm` files, start it).
+    ///
+    /// The copy holds everything this journal commits before its last step, under an epoch of
+    /// its own: a daemon restored from it may lack revisions its clients saw, and a new epoch
+    /// makes them resync rather than take its next revisions for ones they have. Steps use this
+    /// journal's connection: they run on the thread that owns the journal, with no commit in
+    /// flight.
+    public func beginBackup(to path: String) throws(JournalError) -> JournalBackup {
         guard !FileManager.default.fileExists(atPath: path) else {
             throw JournalError(code: .io, message: "cannot back up to \(path): the file exists")
         }
@@ -561,15 +563,11 @@ public final class Journal {
             copyEpoch = UInt64.random(in: 1...UInt64(Int64.max))
         } while copyEpoch == epoch
         do {
-            try database.backup(to: path)
-            let copy = try SQLiteDatabase(path: path, create: false)
-            defer { copy.close() }
-            try copy.execute("UPDATE meta SET value = \(copyEpoch) WHERE name = 'epoch'")
+            return JournalBackup(journal: self, run: try SQLiteBackup(from: database, to: path), path: path, epoch: copyEpoch)
         } catch {
             try? FileManager.default.removeItem(atPath: path)
             throw JournalError(error, while: "cannot back up the journal")
         }
-        return copyEpoch
     }
 
     /// The file's size in bytes, write-ahead log included.

@@ -363,4 +363,35 @@ struct JournalTests {
         #expect(ids.count == 1)
         #expect(ids[0].writeID == [1, 2, 3] && ids[0].revision == 1)
     }
+
+    /// A backup made in steps holds what was committed between its steps, under its own epoch;
+    /// one cancelled halfway leaves no file.
+    @Test func aBackupInStepsTakesTheCommitsMadeBetweenThemAndACancelledOneLeavesNoFile() throws {
+        let directory = try temporaryDirectory()
+        let journal = try Journal(path: directory + "/j.sqlite")
+        let big = String(repeating: "x", count: 4000)
+        for revision in UInt64(1)...500 { try journal.append([put(revision, "k\(revision % 300)", big, version: 1)]) }
+
+        let backup = try journal.beginBackup(to: directory + "/copy.sqlite")
+        var steps = 0
+        var revision: UInt64 = 500
+        while try !backup.step(pages: 16) {
+            steps += 1
+            #expect(backup.pages.remaining > 0 && backup.pages.total > 0)
+            revision += 1
+            try journal.append([put(revision, "between\(revision)", "\(steps)", version: 1)])
+        }
+        #expect(steps > 10)
+        let copy = try Journal(path: directory + "/copy.sqlite")
+        #expect(copy.headRevision == journal.headRevision)
+        #expect(copy.epoch == backup.epoch && copy.epoch != journal.epoch)
+        let copied = try copy.changes(prefix: "", from: 1, to: copy.headRevision, limit: 100_000).changes
+        #expect(copied == (try journal.changes(prefix: "", from: 1, to: journal.headRevision, limit: 100_000).changes))
+
+        let cancelled = try journal.beginBackup(to: directory + "/cancelled.sqlite")
+        #expect(try !cancelled.step(pages: 16))
+        cancelled.cancel()
+        #expect(!FileManager.default.fileExists(atPath: directory + "/cancelled.sqlite"))
+        #expect(throws: JournalError.self) { _ = try journal.beginBackup(to: directory + "/copy.sqlite") }
+    }
 }

@@ -2,15 +2,16 @@ import BeaconJournal
 import BeaconProtocol
 import Foundation
 
-/// The journal copies being read by `Backup` requests: files in the state directory, each named
-/// by a random token, deleted once read to the end, a minute after their last request, or when
-/// the daemon stops. Owned by the loop thread.
+/// The journal copies of `Backup` requests: files in the state directory, each named by a random
+/// token. A copy is made in steps between the loop's other work (``step(pages:revision:now:)``),
+/// then read in chunks; it is deleted once read to the end, a minute after its last request, or
+/// when the daemon stops. Owned by the loop thread, which owns the journal.
 struct BackupCopies {
     /// How long a copy waits for its next request.
     static let idleLimit: UInt64 = 60_000
     /// The most data one reply carries.
     static let chunkSize = 1 << 20
-    /// One copy at a time: making one holds the loop while SQLite copies the journal.
+    /// One copy at a time, being made or being read.
     static let maxCopies = 1
     /// Copies are named `backup-<token>.sqlite` in the state directory.
     static let filePrefix = "backup-"
@@ -23,8 +24,27 @@ struct BackupCopies {
         var lastUsed: MonotonicTime
     }
 
+    /// A copy being made, and the request that asked for it.
+    struct Making {
+        let token: [UInt8]
+        let backup: JournalBackup
+        /// Where the first chunk's reply goes: the place its connection's replies keep for it.
+        let ticket: HoldTicket
+        let requestID: UInt64
+    }
+
+    /// What a step of the copy being made came to.
+    enum Progress {
+        case copying
+        /// The copy is made: answer `making`'s request with its first chunk.
+        case made(Making)
+        /// The copy failed and is gone: answer `making`'s request with the refusal.
+        case failed(Making, Refusal)
+    }
+
     let directory: String
     private(set) var copies: [[UInt8]: Copy] = [:]
+    private(set) var making: Making?
 
     init(directory: String) {
         self.directory = directory
@@ -38,24 +58,41 @@ struct BackupCopies {
         }
     }
 
-    /// Makes a new copy of `journal` (which must be idle); returns its token.
-    mutating func make(from journal: Journal, revision: UInt64, now: MonotonicTime) throws(Refusal) -> [UInt8] {
+    /// Starts a new copy of `journal`, to be made by ``step(pages:revision:now:)``; the request
+    /// `requestID` is answered through `ticket` once it is made.
+    mutating func begin(from journal: Journal, now: MonotonicTime, ticket: () -> HoldTicket, requestID: UInt64) throws(Refusal) {
         expire(now: now)
-        guard copies.count < Self.maxCopies else {
-            throw Refusal(.quotaExceeded, "a backup is being read already; retry once it is done (or a minute after its last request)")
+        guard copies.count + (making == nil ? 0 : 1) < Self.maxCopies else {
+            throw Refusal(.quotaExceeded, "a backup is being made or read already; retry once it is done (or a minute after its last request)")
         }
         let token = (0..<16).map { _ in UInt8.random(in: 0 ... .max) }
         let path = directory + "/" + Self.filePrefix + token.map { String(format: "%02x", $0) }.joined() + ".sqlite"
-        let epoch: UInt64
+        let backup: JournalBackup
         do {
-            epoch = try journal.backup(to: path)
+            backup = try journal.beginBackup(to: path)
         } catch {
             throw Refusal(.internal, "cannot copy the journal: \(error)")
         }
+        making = Making(token: token, backup: backup, ticket: ticket(), requestID: requestID)
+    }
+
+    /// Copies up to `pages` more pages of the copy being made. The journal is idle (no commit in
+    /// flight) and its head is `revision`: a copy finished now holds exactly the revisions
+    /// through it.
+    mutating func step(pages: Int, revision: UInt64, now: MonotonicTime) -> Progress {
+        guard let current = making else { return .copying }
+        do {
+            guard try current.backup.step(pages: pages) else { return .copying }
+        } catch {
+            making = nil
+            return .failed(current, Refusal(.internal, "cannot copy the journal: \(error)"))
+        }
+        making = nil
         var info = stat()
-        let size = stat(path, &info) == 0 ? UInt64(info.st_size) : 0
-        copies[token] = Copy(path: path, size: size, revision: revision, epoch: epoch, lastUsed: now)
-        return token
+        let size = stat(current.backup.path, &info) == 0 ? UInt64(info.st_size) : 0
+        copies[current.token] = Copy(path: current.backup.path, size: size, revision: revision, epoch: current.backup.epoch,
+                                     lastUsed: now)
+        return .made(current)
     }
 
     /// The chunk of copy `token` at `offset`; a copy read to its end is deleted.
@@ -106,11 +143,17 @@ struct BackupCopies {
         }
     }
 
-    /// Deletes every copy (the daemon stops).
-    mutating func removeAll() {
+    /// Deletes every copy, and stops the one being made (the daemon stops; its journal is still
+    /// open). Returns the request the copy being made was for, to be answered or dropped.
+    @discardableResult
+    mutating func removeAll() -> Making? {
+        let stopped = making
+        making?.backup.cancel()
+        making = nil
         for copy in copies.values {
             try? FileManager.default.removeItem(atPath: copy.path)
         }
         copies.removeAll()
+        return stopped
     }
 }

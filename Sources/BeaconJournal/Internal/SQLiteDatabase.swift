@@ -1,5 +1,62 @@
 internal import CBeaconSQLite
 
+/// A copy of a database under way, made with SQLite's online backup API in steps of a few pages.
+///
+/// It uses the source connection, so the thread that uses that connection steps it, and never
+/// while another thread writes through the connection. Writes through the source connection
+/// between steps are carried into the copy by SQLite as they are made: the finished copy holds
+/// everything committed through the source connection before its last step. A copy that is
+/// dropped before it is done is left incomplete; its owner deletes the file.
+final class SQLiteBackup {
+    private let destination: SQLiteDatabase
+    private var handle: OpaquePointer?
+
+    /// Starts a copy of `source` into a new database at `path`.
+    init(from source: SQLiteDatabase, to path: String) throws(SQLiteError) {
+        destination = try SQLiteDatabase(path: path, create: true)
+        guard let handle = sqlite3_backup_init(destination.handle, "main", source.handle, "main") else {
+            throw destination.error(sqlite3_errcode(destination.handle), "start the backup to \(path)")
+        }
+        self.handle = handle
+    }
+
+    deinit { finish() }
+
+    /// Copies up to `pages` more pages (-1: all that remain).
+    /// - Returns: whether the copy is complete (and closed).
+    func step(pages: Int32) throws(SQLiteError) -> Bool {
+        guard let handle else { return true }
+        let stepped = sqlite3_backup_step(handle, pages)
+        switch stepped {
+        case SQLITE_OK, SQLITE_BUSY, SQLITE_LOCKED:
+            return false  // more to copy; a lock held elsewhere is waited out by stepping again
+        case SQLITE_DONE:
+            self.handle = nil
+            let finished = sqlite3_backup_finish(handle)
+            destination.close()
+            guard finished == SQLITE_OK else { throw destination.error(finished, "finish the copy to \(destination.path)") }
+            return true
+        default:
+            finish()
+            throw destination.error(stepped, "copy to \(destination.path)")
+        }
+    }
+
+    /// The copy's progress: pages left and pages in all, as of the last step.
+    var pages: (remaining: Int, total: Int) {
+        guard let handle else { return (0, 0) }
+        return (Int(sqlite3_backup_remaining(handle)), Int(sqlite3_backup_pagecount(handle)))
+    }
+
+    /// Ends the copy where it stands. Idempotent.
+    func finish() {
+        guard let handle else { return }
+        sqlite3_backup_finish(handle)
+        self.handle = nil
+        destination.close()
+    }
+}
+
 /// One SQLite connection. Not thread-safe: one thread uses it at a time.
 final class SQLiteDatabase {
     private(set) var handle: OpaquePointer?
@@ -29,21 +86,6 @@ final class SQLiteDatabase {
         guard let handle else { return }
         sqlite3_close_v2(handle)
         self.handle = nil
-    }
-
-    /// Copies this whole database into a new file at `path` with SQLite's online backup API:
-    /// a consistent copy as of the call, whatever this connection's locking mode.
-    func backup(to path: String) throws(SQLiteError) {
-        let destination = try SQLiteDatabase(path: path, create: true)
-        defer { destination.close() }
-        guard let backup = sqlite3_backup_init(destination.handle, "main", handle, "main") else {
-            throw destination.error(sqlite3_errcode(destination.handle), "start the backup to \(path)")
-        }
-        let stepped = sqlite3_backup_step(backup, -1)
-        let finished = sqlite3_backup_finish(backup)
-        guard stepped == SQLITE_DONE, finished == SQLITE_OK else {
-            throw destination.error(stepped == SQLITE_DONE ? finished : stepped, "copy the journal to \(path)")
-        }
     }
 
     func error(_ code: Int32, _ operation: @autoclosure () -> String) -> SQLiteError {

@@ -1,0 +1,63 @@
+import BeaconJournal
+import BeaconProtocol
+
+extension BeaconServer {
+    /// Answers a `Backup` request. A new copy (empty token) is made in steps between other
+    /// requests (``backupStep()``) and the request answered with its first chunk once it is
+    /// made; a chunk of a made copy is answered at once.
+    func requestBackup(_ request: Beacon_V1_Backup, id: UInt64, route: ReplyRoute) throws(Refusal) {
+        guard current.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "") }
+        let now = MonotonicTime.now()
+        guard request.token.isEmpty else {
+            var reply = Beacon_V1_Reply()
+            reply.id = id
+            reply.backup = try backups.chunk([UInt8](request.token), at: request.offset, now: now)
+            send(reply, to: route)
+            return
+        }
+        guard request.offset == 0 else { throw Refusal(.invalidArgument, "a new backup starts at offset 0") }
+        flushWrites()  // the journal is the loop's to use only with no commit in flight
+        try backups.begin(from: pipeline.journal, now: now, ticket: { replies.hold(route, at: store.headRevision) }, requestID: id)
+        backupPacer.start()
+        logger.info("journal backup started", metadata: ["journal.bytes": "\(pipeline.sizeInBytes)"])
+    }
+
+    /// Nanoseconds until the loop should copy the next pages of a backup (0: now), or `nil` when
+    /// no copy is being made (paced by ``StepPacer``, like compaction).
+    func backupStepWait(busy: Bool) -> UInt64? {
+        guard backups.making != nil else { return nil }
+        return backupPacer.wait(busy: busy)
+    }
+
+    /// Copies the next pages of the backup being made; once it is made, answers its request with
+    /// the first chunk (or with the error that ended it).
+    func backupStep() {
+        flushWrites()  // steps use the journal's connection: no commit may be in flight
+        let started = StepPacer.monotonicNanoseconds()
+        let progress = backups.step(pages: backupPacer.size, revision: pipeline.journal.headRevision, now: MonotonicTime.now())
+        backupPacer.stepped(startedAt: started)
+        var reply = Beacon_V1_Reply()
+        switch progress {
+        case .copying:
+            return
+        case .made(let making):
+            reply.id = making.requestID
+            do {
+                reply.backup = try backups.chunk(making.token, at: 0, now: MonotonicTime.now())
+                logger.info("journal backup made", metadata: [
+                    "revision": "\(reply.backup.revision)", "bytes": "\(reply.backup.size)",
+                    "seconds": "\(Double(StepPacer.monotonicNanoseconds() - started) / 1e9)"])
+            } catch {
+                counters.rejected += 1
+                reply.error = error.wire(headRevision: store.headRevision)
+            }
+            replies.fill(making.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+        case .failed(let making, let refusal):
+            logger.error("journal backup failed", metadata: ["error": "\(refusal.message)"])
+            counters.rejected += 1
+            reply.id = making.requestID
+            reply.error = refusal.wire(headRevision: store.headRevision)
+            replies.fill(making.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+        }
+    }
+}
