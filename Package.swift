@@ -29,7 +29,7 @@ let package = Package(
         .systemLibrary(name: "CBeaconZMQ", providers: [.apt(["libzmq3-dev"])]),
         .systemLibrary(name: "CBeaconSQLite", providers: [.apt(["libsqlite3-dev"])]),
         // libc's thread CPU affinity, hidden from Swift's Glibc module.
-        .systemLibrary(name: "CBeaconThreads"),
+        .systemLibrary(name: "CBeaconKernel"),
 
         // Thin Swift wrappers over the C libraries.
         .target(name: "BeaconZMQ", dependencies: ["CBeaconZMQ"]),
@@ -51,7 +51,7 @@ let package = Package(
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
-            "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "CBeaconThreads",
+            "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "CBeaconKernel",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -91,7 +91,7 @@ let package = Package(
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
         .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -15,12 +15,16 @@ public final class ZMQMessage {
     }
 
     /// A frame that owns `bytes` without copying them; libzmq releases them after sending.
-    public init(bytes: [UInt8]) {
+    /// - Parameter released: called once libzmq holds the bytes no more (written to the
+    ///   connection, dropped, or never sent), on whichever thread lets go of them last: often
+    ///   libzmq's I/O thread.
+    public init(bytes: [UInt8], released: (@Sendable () -> Void)? = nil) {
         if bytes.isEmpty {
             zmq_msg_init(&raw)
+            released?()
             return
         }
-        let box = Unmanaged.passRetained(ByteBox(bytes))
+        let box = Unmanaged.passRetained(ByteBox(bytes, released: released))
         let base = box.takeUnretainedValue().bytes.withUnsafeBufferPointer { UnsafeMutableRawPointer(mutating: $0.baseAddress!) }
         let rc = zmq_msg_init_data(&raw, base, bytes.count, { _, hint in
             Unmanaged<ByteBox>.fromOpaque(hint!).release()
@@ -69,8 +73,15 @@ public final class ZMQMessage {
     }
 }
 
-/// Keeps a byte array alive while libzmq owns its storage.
+/// Keeps a byte array alive while libzmq owns its storage, and says when libzmq let go of it.
 private final class ByteBox {
     let bytes: [UInt8]
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    let released: (@Sendable () -> Void)?
+
+    init(_ bytes: [UInt8], released: (@Sendable () -> Void)?) {
+        self.bytes = bytes
+        self.released = released
+    }
+
+    deinit { released?() }
 }

@@ -146,6 +146,34 @@ public final class ZMQSocket {
         }
     }
 
+    /// Sends one frame of `count` bytes that `fill` writes in place, in memory the frame owns;
+    /// `released` is called once libzmq holds the frame no more (written to every connection it
+    /// went to, dropped, or never sent), on whichever thread lets go of it last: often libzmq's
+    /// I/O thread.
+    /// - Returns: `false` when `.dontWait` was given and the frame could not be queued.
+    @discardableResult
+    public func send(count: Int, flags: ZMQFlags = [], released: @escaping @Sendable () -> Void,
+                     fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
+        let socket = try live
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)
+        fill(UnsafeMutableRawBufferPointer(start: buffer, count: count))
+        let hint = Unmanaged.passRetained(ReleaseCall(released)).toOpaque()
+        var message = zmq_msg_t()
+        let rc = zmq_msg_init_data(&message, buffer, count, { data, hint in
+            data?.deallocate()
+            Unmanaged<ReleaseCall>.fromOpaque(hint!).takeRetainedValue().call()
+        }, hint)
+        precondition(rc == 0, "zmq_msg_init_data cannot fail with a free function")
+        // Closed on every path: after a successful send libzmq has emptied it, so closing is a no-op.
+        defer { zmq_msg_close(&message) }
+        do {
+            try zmqCall("zmq_msg_send") { zmq_msg_send(&message, socket, flags.rawValue) }
+            return true
+        } catch where error.wouldBlock && flags.contains(.dontWait) {
+            return false
+        }
+    }
+
     /// Sends one frame copied from `bytes`.
     @discardableResult
     public func send(_ bytes: [UInt8], flags: ZMQFlags = []) throws(ZMQError) -> Bool {
@@ -285,4 +313,10 @@ public struct ZMQSocketTransfer: @unchecked Sendable {
     public let socket: ZMQSocket
     /// Wraps `socket` for the hand-over.
     public init(_ socket: ZMQSocket) { self.socket = socket }
+}
+
+/// What to call once libzmq lets go of a frame's memory.
+private final class ReleaseCall {
+    let call: @Sendable () -> Void
+    init(_ call: @escaping @Sendable () -> Void) { self.call = call }
 }

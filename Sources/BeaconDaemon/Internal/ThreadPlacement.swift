@@ -1,4 +1,4 @@
-internal import CBeaconThreads
+internal import CBeaconKernel
 import Glibc
 
 /// A thread's CPUs and scheduling policy, read from and applied to the calling thread.

@@ -1,10 +1,11 @@
-#ifndef CBEACON_THREADS_SHIM_H
-#define CBEACON_THREADS_SHIM_H
-// CPU affinity and name of the calling thread. Glibc declares sched_getaffinity,
-// sched_setaffinity and pthread_setname_np only under _GNU_SOURCE, which Swift's Glibc module
-// is built without, so these go to the kernel.
+#ifndef CBEACON_KERNEL_SHIM_H
+#define CBEACON_KERNEL_SHIM_H
+// Kernel calls that Swift's Glibc module does not declare: glibc declares sched_getaffinity,
+// sched_setaffinity and pthread_setname_np only under _GNU_SOURCE, which the module is built
+// without, and Swift cannot call variadic functions such as ioctl.
 #include <stddef.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
 
@@ -22,5 +23,12 @@ static inline long cbeacon_set_thread_cpus(const unsigned char *mask, size_t byt
 /// Names the calling thread (the kernel keeps 15 bytes). Returns 0, or -1 with errno set.
 static inline int cbeacon_name_thread(const char *name) {
     return prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
+/// Bytes written to the stream socket `fd` that its peer has not read yet (unix) or not
+/// acknowledged yet (tcp): SIOCOUTQ. Returns them, or -1 with errno set.
+static inline int cbeacon_unread_sent_bytes(int fd) {
+    int bytes = 0;
+    return ioctl(fd, TIOCOUTQ, &bytes) == 0 ? bytes : -1;
 }
 #endif
