@@ -311,6 +311,17 @@ public struct DaemonLimits: Sendable, Equatable {
     public var connectionsPerPeer: UInt32 = 256
     /// Journal size above which puts are refused (deletes still work); 0: no limit.
     public var maxJournalBytes: UInt64 = 0
+    /// Bytes of replies one connection has not read, beyond what libzmq holds for it, before the
+    /// daemon closes the connection.
+    public var replyBufferBytes = 64 << 20
+    /// The same for all connections of one peer together: the one holding the most is closed.
+    /// The superuser has no such limit.
+    public var replyBufferPeerBytes = 256 << 20
+    /// The same for all connections together.
+    public var replyBufferTotalBytes = 1 << 30
+    /// Bytes of publications libzmq may hold, not yet written to every subscriber, before the
+    /// daemon closes the subscriber connections that are not reading.
+    public var publishBufferBytes = 256 << 20
 
     public init() {}
 }

@@ -11,7 +11,11 @@ extension BeaconServer {
     @discardableResult
     func handle(_ body: ZMQMessage, envelope: [ZMQMessage]) -> Int {
         counters.requests += 1
-        guard !envelope.isEmpty else { return 1 }  // a ROUTER always prepends the peer's id
+        guard let first = envelope.first else { return 1 }  // a ROUTER always prepends the peer's id
+        let connection = RoutingID(first)
+        // Sent before its connection was closed for not reading its replies: nobody reads the answer.
+        if replyFlows.isClosed(connection, now: .now()) { return 1 }
+        noteConnection(of: body, id: connection)
         current = requestContext(of: body)
         return body.withUnsafeBytes { bytes in
             if let batch = FastBatch.parse(bytes) {
@@ -254,6 +258,10 @@ extension BeaconServer {
                 $0.connectionsShed = connections.ledger.shed
                 $0.sessions = UInt32(sessions.count)
                 $0.leasesRefused = counters.leasesRefused
+                $0.replyBytesKept = UInt64(replyFlows.waitingBytes)
+                $0.slowReadersClosed = replyFlows.closedConnections
+                $0.publishBytesUnsent = UInt64(max(publisher.unsent.value, 0))
+                $0.slowSubscribersClosed = counters.slowSubscribersClosed
             }
 
         case .keepAlive(let keepAlive):
@@ -462,17 +470,6 @@ extension BeaconServer {
         }
     }
 
-    private func send(body: [UInt8], to envelope: [ZMQMessage]) {
-        do {
-            for frame in envelope {
-                try router.send(frame, flags: [.sendMore, .dontWait])
-            }
-            try router.send(body, flags: .dontWait)
-        } catch {
-            // A peer that went away or stopped reading; the reply is lost, nothing else is.
-            logger.debug("reply not sent", metadata: ["error": "\(error)"])
-        }
-    }
 }
 
 /// The version of this build of Beacon.

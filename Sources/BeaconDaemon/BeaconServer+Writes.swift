@@ -422,6 +422,7 @@ extension BeaconServer {
         for (topic, error) in publisher.publishDiffs(changes, epoch: epoch, marks: marks.perChange) {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
         }
+        if publisher.unsent.value > live.limits.publishBufferBytes { closeStalledSubscribers() }
         if changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
             marker.epoch = epoch

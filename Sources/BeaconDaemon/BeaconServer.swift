@@ -59,6 +59,10 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var backups: BackupCopies
     /// The pace of the steps that make a backup copy: pages per step, sized to hold the loop about 8 ms.
     var backupPacer = StepPacer(initialSize: 256, sizes: 16...262_144)
+    /// Replies on their way to each request connection, bounded in bytes.
+    @exclusivity(unchecked) var replyFlows: ReplyFlows
+    /// When subscribers that do not read were last looked for.
+    @exclusivity(unchecked) var lastStalledSubscriberScan = MonotonicTime(milliseconds: 0)
 
     private var context: ZMQContext?
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
@@ -99,6 +103,7 @@ public final class BeaconServer: @unchecked Sendable {
         var subscriptionsRefused: UInt64 = 0
         var batches: UInt64 = 0
         var leasesRefused: UInt64 = 0
+        var slowSubscribersClosed: UInt64 = 0
     }
 
     /// Write ids remembered for idempotent retries.
@@ -113,6 +118,7 @@ public final class BeaconServer: @unchecked Sendable {
         live = configuration
         access = AccessControl(policy: configuration.access, limits: configuration.limits)
         backups = BackupCopies(directory: configuration.stateDirectory)
+        replyFlows = ReplyFlows(limits: Self.replyLimits(configuration.limits))
         self.logger = logger
         do {
             self.wake = try WakePipe()
@@ -228,6 +234,7 @@ public final class BeaconServer: @unchecked Sendable {
         live.limits = next.limits
         let rightsChanged = access.reload(policy: live.access, limits: live.limits)
         connections.setPerPeerLimit(Int(live.limits.connectionsPerPeer))
+        replyFlows.limits = Self.replyLimits(live.limits)
         if policyChanged || rightsChanged {
             // Subscriptions were granted under the old rights: open the publish socket anew so that
             // every subscriber reconnects and subscribes under the new ones (it repairs any gap).
@@ -320,7 +327,8 @@ public final class BeaconServer: @unchecked Sendable {
             router = try ZMQSocket(context, type: .router, linger: 1000)
             try router.setHandshakeInterval(milliseconds: Self.handshakeMilliseconds)
             try router.setMaxMessageSize(Int64(WireLimits.maxRequestBytes))
-            try router.setSendHighWaterMark(100_000)
+            try router.setSendHighWaterMark(Self.replyHighWaterMark)
+            try router.setRouterMandatory(true)
             try router.setReceiveHighWaterMark(config.limits.pendingRequests)
             for endpoint in [config.requestEndpoint] + config.extraRequestEndpoints {
                 step = "binding the request socket to \(endpoint)"
@@ -422,7 +430,7 @@ public final class BeaconServer: @unchecked Sendable {
     static let handshakeMilliseconds: Int32 = 10_000
 
     /// Logs connections shed over a limit (throttled: a peer can cause thousands).
-    private func logShed(_ shed: [ConnectionGuard.Shed]) {
+    func logShed(_ shed: [ConnectionGuard.Shed]) {
         guard let first = shed.first, let held = logThrottle.admit("connection.shed", now: .now()) else { return }
         logger.notice("connections closed at once: over a connection limit", metadata: [
             "peer": "\(first.peer)", "limit": "\(first.verdict == .shedPeerLimit ? "connections_per_peer" : "descriptors")",
@@ -460,6 +468,8 @@ public final class BeaconServer: @unchecked Sendable {
                 guard let wait else { continue }
                 timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
             }
+            // Kept replies are offered again soon: a connection reading them is not told so.
+            if replyFlows.hasWaiting { timeout = min(timeout, 2) }
             if polledGeneration != publisher.generation {
                 // First pass, or the publish socket was reopened: poll the sockets there are now.
                 poller = ZMQPoller()
@@ -479,7 +489,7 @@ public final class BeaconServer: @unchecked Sendable {
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
             for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) {
-                logShed(connections.drain(monitor))
+                drainConnections(monitor)
             }
             if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
             completeCommitIfReady()
@@ -526,6 +536,7 @@ public final class BeaconServer: @unchecked Sendable {
             if staging { submitStagedIfIdle() }
             if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
             if backupStepWait(busy: servedRequests) == 0 { backupStep() }
+            if replyFlows.hasWaiting { flushKeptReplies() }
             applyPendingReload()
         }
         // Requests already read are answered; then everything closes in order.

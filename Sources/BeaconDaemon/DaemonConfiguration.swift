@@ -198,6 +198,10 @@ public struct DaemonConfiguration: Sendable, Equatable {
             case "leases_per_peer": copy.limits.leasesPerPeer = try number(UInt32.self)
             case "connections_per_peer": copy.limits.connectionsPerPeer = try number(UInt32.self)
             case "max_journal_bytes": copy.limits.maxJournalBytes = try number(UInt64.self)
+            case "reply_buffer_bytes": copy.limits.replyBufferBytes = try number(Int.self, min: 1 << 20)
+            case "reply_buffer_peer_bytes": copy.limits.replyBufferPeerBytes = try number(Int.self, min: 1 << 20)
+            case "reply_buffer_total_bytes": copy.limits.replyBufferTotalBytes = try number(Int.self, min: 1 << 20)
+            case "publish_buffer_bytes": copy.limits.publishBufferBytes = try number(Int.self, min: 1 << 20)
             case "curve_secret_key_file": copy.curveSecretKeyFile = value.isEmpty ? nil : value
             case "tcp_insecure":
                 guard let flag = Bool(value) else { throw fail("'tcp_insecure' is true or false, not '\(value)'") }

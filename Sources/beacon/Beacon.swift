@@ -794,6 +794,8 @@ extension Beacon {
                 "rate_limited": stats.rateLimited, "quota_exceeded": stats.quotaExceeded,
                 "subscriptions_refused": stats.subscriptionsRefused, "batches": stats.batches,
                 "connections_shed": stats.connectionsShed, "sessions": stats.sessions, "leases_refused": stats.leasesRefused,
+                "reply_bytes_kept": stats.replyBytesKept, "slow_readers_closed": stats.slowReadersClosed,
+                "publish_bytes_unsent": stats.publishBytesUnsent, "slow_subscribers_closed": stats.slowSubscribersClosed,
             ]
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }

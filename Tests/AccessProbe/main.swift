@@ -19,6 +19,12 @@
 //
 // With --hold-connections N it opens N plain connections to the request socket and holds them
 // for --listen-ms (HELD <opened>, READY), then prints how many the daemon closed (CLOSED <n>).
+//
+// With --unread-lists N it plays a peer that never reads its replies: on each of --connections
+// connections (default 1) it sends N batches of --lists-per-batch (default 8) Lists of --prefix,
+// prints STOPPING, and stops itself (SIGSTOP), so that nothing more is read until it is killed.
+// With --stop-when-subscribed it plays a subscriber that never reads: it subscribes to the
+// --subscribe topics, prints STOPPING and stops itself.
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -39,6 +45,10 @@ var endSession: String?
 var holdConnections = 0
 var keepAliveFlood = 0
 var leaseFlood = 0
+var unreadLists = 0
+var listsPerBatch = 8
+var connectionCount = 1
+var stopWhenSubscribed = false
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -58,6 +68,10 @@ while let argument = arguments.popFirst() {
     case "--keepalive-flood": keepAliveFlood = Int(arguments.popFirst() ?? "") ?? 0
     case "--lease-flood": leaseFlood = Int(arguments.popFirst() ?? "") ?? 0
     case "--hold-connections": holdConnections = Int(arguments.popFirst() ?? "") ?? 0
+    case "--unread-lists": unreadLists = Int(arguments.popFirst() ?? "") ?? 0
+    case "--lists-per-batch": listsPerBatch = Int(arguments.popFirst() ?? "") ?? 8
+    case "--connections": connectionCount = Int(arguments.popFirst() ?? "") ?? 1
+    case "--stop-when-subscribed": stopWhenSubscribed = true
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -109,6 +123,20 @@ if holdConnections > 0 {
         }
     }
     emit("CLOSED \(closed)")
+    exit(0)
+}
+
+if unreadLists > 0 {
+    let list = Beacon_V1_Request.with { $0.list = .with { $0.prefix = prefix } }
+    let batch = Beacon_V1_Request.OneOf_Op.batch(.with { $0.requests = Array(repeating: list, count: listsPerBatch) })
+    let clients = try (0..<connectionCount).map { _ in try WireClient(runtimeDirectory: runtimeDirectory ?? "") }
+    for client in clients {
+        _ = try client.ping()  // connected: what follows is sent at once
+        for _ in 0..<unreadLists { try client.send(batch) }
+    }
+    Thread.sleep(forTimeInterval: 0.2)  // libzmq's I/O thread passes the requests on
+    emit("STOPPING")
+    raise(SIGSTOP)
     exit(0)
 }
 
@@ -227,6 +255,14 @@ if leaseFlood > 0 {
     flood("lease-flood", leaseFlood) { (index) throws(WireError) in
         _ = try client.snapshot(prefix: "\(prefix)\(index).", timeoutMilliseconds: timeout)
     }
+}
+
+if stopWhenSubscribed {
+    for topic in topics { try client.subscribeRaw(topic) }
+    Thread.sleep(forTimeInterval: 0.3)  // the daemon grants them
+    emit("STOPPING")
+    raise(SIGSTOP)
+    exit(0)
 }
 
 if listenMilliseconds > 0 {

@@ -38,12 +38,14 @@ final class ConnectionGuard {
     func setPerPeerLimit(_ perPeer: Int) { ledger.perPeer = perPeer }
 
     /// Applies every waiting event of the socket of `role`; returns the connections shed.
-    func drain(_ role: ConnectionLedger.Socket) -> [Shed] {
+    /// `closed` is told each descriptor whose connection is gone (or, seen again, was reused).
+    func drain(_ role: ConnectionLedger.Socket, closed: (Int32) -> Void = { _ in }) -> [Shed] {
         guard let events = monitors[role] else { return [] }
         var shed: [Shed] = []
         while let event = try? events.receiveMonitorEvent(flags: .dontWait) {
             let fd = Int32(bitPattern: event.value)
             if event.kind.contains(.accepted) {
+                closed(fd)
                 let peer = Self.peer(of: fd)
                 let verdict = ledger.accepted(fd: fd, on: role, from: peer)
                 if verdict != .keep {
@@ -51,9 +53,23 @@ final class ConnectionGuard {
                     shed.append(Shed(peer: peer, verdict: verdict))
                 }
             }
-            if event.kind.contains(.disconnected) { ledger.closed(fd: fd) }
+            if event.kind.contains(.disconnected) {
+                ledger.closed(fd: fd)
+                closed(fd)
+            }
         }
         return shed
+    }
+
+    /// Shuts down the connection with descriptor `fd` on the socket of `role` if it is still
+    /// the one from `peer` (after applying waiting events, so that a descriptor closed and reused
+    /// meanwhile is not taken for it). Returns whether it did.
+    func shutDown(fd: Int32, on role: ConnectionLedger.Socket, from peer: ConnectionPeer,
+                  closed: (Int32) -> Void, shed: ([Shed]) -> Void) -> Bool {
+        shed(drain(role, closed: closed))
+        guard ledger.peer(of: fd, on: role) == peer else { return false }
+        Glibc.shutdown(fd, Int32(SHUT_RDWR))
+        return true
     }
 
     func close() {

@@ -69,6 +69,17 @@ struct ConnectionLedger {
     /// Every descriptor held for a connection now.
     var descriptors: Int { open.count }
 
+    /// The descriptors and peers of the connections kept open on `socket`.
+    func connections(on socket: Socket) -> [(fd: Int32, peer: ConnectionPeer)] {
+        open.compactMap { $0.value.socket == socket && $0.value.kept ? ($0.key, $0.value.peer) : nil }
+    }
+
+    /// The peer of the connection with descriptor `fd` on `socket`, if it is open.
+    func peer(of fd: Int32, on socket: Socket) -> ConnectionPeer? {
+        guard let entry = open[fd], entry.socket == socket else { return nil }
+        return entry.peer
+    }
+
     /// Records a connection accepted on `socket` with descriptor `fd` and decides its fate.
     mutating func accepted(fd: Int32, on socket: Socket, from peer: ConnectionPeer) -> Verdict {
         // A descriptor seen again was closed and reused before its close was reported.

@@ -26,6 +26,12 @@ final class Publisher {
     @exclusivity(unchecked) var tracker = PrefixTracker()
     /// Messages published since start.
     private(set) var published: UInt64 = 0
+    /// Bytes of publications of at least ``trackedBytes`` that libzmq holds: not yet written to
+    /// every subscriber they went to. A subscriber that reads nothing keeps them all.
+    let unsent = BytesInFlight()
+    /// Publications this large or larger are counted in ``unsent``; libzmq's high-water mark
+    /// bounds the smaller ones in number.
+    static let trackedBytes = 256
     /// When the socket was last opened anew, and whether a timer will do it again.
     private(set) var lastReopened = MonotonicTime(milliseconds: 0)
     var reopenPending = false
@@ -156,7 +162,8 @@ final class Publisher {
         _ = try withUTF8Bytes(topic) { utf8 in
             Result { () throws(ZMQError) in try socket.send(copying: utf8, flags: [.sendMore, .dontWait]) }
         }.get()
-        return try socket.send(count: count, flags: .dontWait, fill: fill)
+        guard count >= Self.trackedBytes else { return try socket.send(count: count, flags: .dontWait, fill: fill) }
+        return try socket.send(count: count, flags: .dontWait, released: unsent.hand(count), fill: fill)
     }
 
     func close() {

@@ -1494,6 +1494,30 @@ public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
     set {_uniqueStorage()._leasesRefused = newValue}
   }
 
+  /// replies held for connections that have not read what they were sent
+  public var replyBytesKept: UInt64 {
+    get {_storage._replyBytesKept}
+    set {_uniqueStorage()._replyBytesKept = newValue}
+  }
+
+  /// connections closed for not reading their replies (reply_buffer_* limits)
+  public var slowReadersClosed: UInt64 {
+    get {_storage._slowReadersClosed}
+    set {_uniqueStorage()._slowReadersClosed = newValue}
+  }
+
+  /// publications libzmq holds, not yet written to every subscriber (of 256 bytes or more)
+  public var publishBytesUnsent: UInt64 {
+    get {_storage._publishBytesUnsent}
+    set {_uniqueStorage()._publishBytesUnsent = newValue}
+  }
+
+  /// subscriber connections closed for not reading (publish_buffer_bytes)
+  public var slowSubscribersClosed: UInt64 {
+    get {_storage._slowSubscribersClosed}
+    set {_uniqueStorage()._slowSubscribersClosed = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3704,7 +3728,7 @@ nonisolated extension Beacon_V1_EventsReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatsReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0\u{3}connections_shed\0\u{1}sessions\0\u{3}leases_refused\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0\u{3}connections_shed\0\u{1}sessions\0\u{3}leases_refused\0\u{3}reply_bytes_kept\0\u{3}slow_readers_closed\0\u{3}publish_bytes_unsent\0\u{3}slow_subscribers_closed\0")
 
   fileprivate class _StorageClass {
     var _epoch: UInt64 = 0
@@ -3735,6 +3759,10 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
     var _connectionsShed: UInt64 = 0
     var _sessions: UInt32 = 0
     var _leasesRefused: UInt64 = 0
+    var _replyBytesKept: UInt64 = 0
+    var _slowReadersClosed: UInt64 = 0
+    var _publishBytesUnsent: UInt64 = 0
+    var _slowSubscribersClosed: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3773,6 +3801,10 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       _connectionsShed = source._connectionsShed
       _sessions = source._sessions
       _leasesRefused = source._leasesRefused
+      _replyBytesKept = source._replyBytesKept
+      _slowReadersClosed = source._slowReadersClosed
+      _publishBytesUnsent = source._publishBytesUnsent
+      _slowSubscribersClosed = source._slowSubscribersClosed
     }
   }
 
@@ -3819,6 +3851,10 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         case 26: try { try decoder.decodeSingularUInt64Field(value: &_storage._connectionsShed) }()
         case 27: try { try decoder.decodeSingularUInt32Field(value: &_storage._sessions) }()
         case 28: try { try decoder.decodeSingularUInt64Field(value: &_storage._leasesRefused) }()
+        case 29: try { try decoder.decodeSingularUInt64Field(value: &_storage._replyBytesKept) }()
+        case 30: try { try decoder.decodeSingularUInt64Field(value: &_storage._slowReadersClosed) }()
+        case 31: try { try decoder.decodeSingularUInt64Field(value: &_storage._publishBytesUnsent) }()
+        case 32: try { try decoder.decodeSingularUInt64Field(value: &_storage._slowSubscribersClosed) }()
         default: break
         }
       }
@@ -3911,6 +3947,18 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._leasesRefused != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._leasesRefused, fieldNumber: 28)
       }
+      if _storage._replyBytesKept != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._replyBytesKept, fieldNumber: 29)
+      }
+      if _storage._slowReadersClosed != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._slowReadersClosed, fieldNumber: 30)
+      }
+      if _storage._publishBytesUnsent != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._publishBytesUnsent, fieldNumber: 31)
+      }
+      if _storage._slowSubscribersClosed != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._slowSubscribersClosed, fieldNumber: 32)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3948,6 +3996,10 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._connectionsShed != rhs_storage._connectionsShed {return false}
         if _storage._sessions != rhs_storage._sessions {return false}
         if _storage._leasesRefused != rhs_storage._leasesRefused {return false}
+        if _storage._replyBytesKept != rhs_storage._replyBytesKept {return false}
+        if _storage._slowReadersClosed != rhs_storage._slowReadersClosed {return false}
+        if _storage._publishBytesUnsent != rhs_storage._publishBytesUnsent {return false}
+        if _storage._slowSubscribersClosed != rhs_storage._slowSubscribersClosed {return false}
         return true
       }
       if !storagesAreEqual {return false}

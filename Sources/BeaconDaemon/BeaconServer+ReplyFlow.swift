@@ -1,0 +1,95 @@
+import BeaconZMQ
+
+extension BeaconServer {
+    /// Replies queued in libzmq per request connection, at most (small ones; larger ones are
+    /// bounded in bytes by ``ReplyFlows``). A reply refused at this mark waits in ``ReplyFlows``.
+    static let replyHighWaterMark: Int32 = 100_000
+
+    /// The bounds of ``ReplyFlows`` from the configured limits.
+    static func replyLimits(_ limits: DaemonLimits) -> ReplyFlows.Limits {
+        ReplyFlows.Limits(perConnection: limits.replyBufferBytes, perPeer: limits.replyBufferPeerBytes,
+                          total: limits.replyBufferTotalBytes)
+    }
+
+    /// Notes which connection a request message came from, the first time it sends one: the
+    /// descriptor libzmq read it from and that descriptor's peer, so that its replies can be
+    /// bounded (``ReplyFlows``).
+    func noteConnection(of body: ZMQMessage, id: RoutingID) {
+        if replyFlows.knowsDescriptor(of: id) { return }
+        guard let text = body.metadata("__fd"), let fd = Int32(text) else { return }
+        // The connection's accept may still wait in the monitor: requests and monitor events are
+        // read in turn, and a pass can read many requests.
+        if connections.ledger.peer(of: fd, on: .requests) == nil { drainConnections(.requests) }
+        guard let peer = connections.ledger.peer(of: fd, on: .requests) else { return }
+        replyFlows.connected(id, fd: fd, peer: peer)
+    }
+
+    /// Sends a reply (`envelope`, then `body`) now, or keeps it until libzmq has written what it
+    /// holds for the connection (``ReplyFlows``).
+    func send(body: [UInt8], to envelope: [ZMQMessage]) {
+        guard let first = envelope.first else { return }
+        let id = RoutingID(first)
+        switch replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: id) {
+        case .send(let tracking):
+            if !hand(body: body, to: envelope, tracking: tracking) {
+                replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: id)
+            }
+        case .kept:
+            break
+        case .keptClosing(let victim):
+            closeSlowReader(victim)
+        }
+    }
+
+    /// Hands the replies kept for connections that libzmq has caught up with.
+    func flushKeptReplies() {
+        replyFlows.flush { reply, tracking in hand(body: reply.body, to: reply.envelope, tracking: tracking) }
+    }
+
+    /// Applies the waiting connection events of the socket of `role`: logs what was shed, and
+    /// forgets the replies kept for request connections that are gone.
+    func drainConnections(_ role: ConnectionLedger.Socket) {
+        logShed(connections.drain(role) { fd in if role == .requests { replyFlows.disconnected(fd: fd) } })
+    }
+
+    /// Closes a connection that does not read its replies (or holds the most when its peer's
+    /// or everyone's unread replies pass their bound); its kept replies are dropped.
+    private func closeSlowReader(_ victim: ReplyFlows.Victim) {
+        let closed = victim.fd >= 0 && connections.shutDown(fd: victim.fd, on: .requests, from: victim.peer,
+                                                            closed: { replyFlows.disconnected(fd: $0) }, shed: { logShed($0) })
+        replyFlows.close(victim.id, now: .now())
+        guard closed, let held = logThrottle.admit("connection.slow", now: .now()) else { return }
+        logger.notice("connection closed: it does not read its replies", metadata: [
+            "peer": "\(victim.peer)", "unread.bytes": "\(victim.heldBytes)", "reason": "\(victim.reason)",
+            "held.back": "\(held)"])
+    }
+
+    /// Hands one reply to libzmq; counted in `tracking` until libzmq lets go of it.
+    /// - Returns: `false` when libzmq refused it because the connection's queue is full (it is
+    ///   to wait and be offered again); a reply to a connection that is gone is dropped.
+    private func hand(body: [UInt8], to envelope: [ZMQMessage], tracking: BytesInFlight?) -> Bool {
+        do {
+            // The first frame picks the connection; a full queue refuses it, and nothing is sent.
+            // libzmq also says "unreachable" for a connection whose queue was full until it takes
+            // in that the queue has room again: so only a connection known to be open waits.
+            do {
+                guard try router.send(envelope[0], flags: [.sendMore, .dontWait]) else { return false }
+            } catch where error.hostUnreachable && replyFlows.knowsDescriptor(of: RoutingID(envelope[0])) {
+                return false
+            }
+            for frame in envelope.dropFirst() {
+                try router.send(frame, flags: [.sendMore, .dontWait])
+            }
+            if let tracking {
+                try router.send(ZMQMessage(bytes: body, released: tracking.hand(body.count)), flags: .dontWait)
+            } else {
+                try router.send(body, flags: .dontWait)
+            }
+        } catch {
+            // A peer that went away (the socket is mandatory about routing); the reply is lost,
+            // nothing else is.
+            logger.debug("reply not sent", metadata: ["error": "\(error)"])
+        }
+        return true
+    }
+}

@@ -1,0 +1,17 @@
+import Synchronization
+
+/// Bytes handed to libzmq and not yet let go of by it: added by the loop when it hands a message
+/// over, taken off on libzmq's I/O thread once the message is written out (to every connection
+/// it went to) or dropped. The two threads share it through an atomic only.
+final class BytesInFlight: Sendable {
+    private let bytes = Atomic<Int>(0)
+
+    /// Bytes libzmq holds now.
+    var value: Int { bytes.load(ordering: .acquiring) }
+
+    /// Counts `count` bytes handed over; returns what to call once libzmq lets go of them.
+    func hand(_ count: Int) -> @Sendable () -> Void {
+        bytes.wrappingAdd(count, ordering: .relaxed)
+        return { self.bytes.wrappingSubtract(count, ordering: .releasing) }
+    }
+}

@@ -1,0 +1,189 @@
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+import Synchronization
+import Testing
+
+/// A figure from `/proc/PID/status`, in bytes (`VmHWM`: the peak resident memory so far).
+func processMemory(of pid: Int32, _ field: String) throws -> Int {
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    let line = try #require(status.split(separator: "\n").first { $0.hasPrefix(field + ":") })
+    return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+}
+
+extension AccessProbe {
+    /// Starts the probe as a peer that never reads (`--unread-lists`, `--stop-when-subscribed`):
+    /// returns once it has sent its requests or subscribed, and stopped itself. Kill it when done.
+    func startUnreadingPeer(identity: [String] = [], _ arguments: [String]) throws -> Process {
+        let outputPath = executable + ".out-\(UInt32.random(in: 0 ... .max))"
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        let process = Process()
+        if identity.isEmpty {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = identity + ["--clear-groups", "--", executable] + arguments
+        }
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+        process.standardError = FileHandle.nullDevice
+        try process.runSerially()
+        let deadline = Date().addingTimeInterval(30)
+        func stopped() -> Bool {
+            let stat = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8)) ?? ""
+            return stat.split(separator: ")").last?.split(separator: " ").first == "T"
+        }
+        while !stopped() && process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        try #require(output.contains("STOPPING") && stopped(), "the probe did not stop: \(output)")
+        return process
+    }
+}
+
+/// Fills `prefix` with 500 keys of 4,000 bytes: a List of them is a 2 MB reply.
+func fillTwoMegabytes(_ client: WireClient, prefix: String) throws {
+    let value = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 7, count: 4_000) }
+    for chunk in stride(from: 0, to: 500, by: 100) {
+        _ = try client.batch((chunk..<chunk + 100).map { index in .put(.with { $0.key = "\(prefix)k\(index)"; $0.value = value }) })
+    }
+}
+
+/// Replies a peer never reads are bounded in bytes. The attack: batches of big `List`s on a
+/// connection that reads nothing made the daemon hold 300 MB. Now the connection is closed once
+/// its unread replies pass the bound, while other clients are served.
+@Suite(.timeLimit(.minutes(2)))
+struct ReplyBoundsTests {
+    @Test func aConnectionThatNeverReadsItsRepliesIsClosedWithinItsBound() throws {
+        let dir = try temporaryDirectory()
+        try "reply_buffer_bytes = 8388608\n".write(toFile: dir + "/beacond.conf", atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
+                                       extraArguments: ["--config", dir + "/beacond.conf"])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try fillTwoMegabytes(root, prefix: "big.")
+        let pid = daemon.process.processIdentifier
+        let peakBefore = try processMemory(of: pid, "VmHWM")
+
+        // 20 batches of 8 Lists: 16 MB of replies each, 320 MB in all.
+        let peer = try AccessProbe(directory: dir).startUnreadingPeer([
+            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "20"])
+        defer { kill(peer.processIdentifier, SIGKILL) }
+
+        // Meanwhile root writes and reads, and the daemon closes the peer's connection.
+        var closed: UInt64 = 0
+        var written: Int64 = 0
+        let deadline = Date().addingTimeInterval(60)
+        while closed == 0 && Date() < deadline {
+            written += 1
+            _ = try root.put("root.k", .with { $0.intValue = written })
+            #expect(try root.get("root.k").value.intValue == written)
+            closed = try root.stats().slowReadersClosed
+        }
+        #expect(closed == 1, "the connection that never reads was not closed")
+        Thread.sleep(forTimeInterval: 0.5)  // what the peer sent before the close is dropped unread
+        #expect(try root.stats().replyBytesKept == 0)
+        // Held at most: one reply handed and one kept beyond the 8 MiB bound (16 MB each), and a
+        // reply being encoded. It was 325 MiB without the bound.
+        let growth = try processMemory(of: pid, "VmHWM") - peakBefore
+        #expect(growth < 100 << 20, "peak resident memory grew by \(growth >> 20) MiB")
+        #expect(try String(contentsOfFile: daemon.stderrPath, encoding: .utf8).contains("connection closed: it does not read its replies"))
+
+        // A client that reads its replies is never closed, however large they are: it pipelines
+        // three Lists (6 MB) at a time, ten times.
+        let reader = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        for _ in 0..<10 {
+            for _ in 0..<3 { try reader.send(.list(.with { $0.prefix = "big." })) }
+            for _ in 0..<3 { #expect(try reader.receiveReply(timeoutMilliseconds: 10_000)?.list.kvs.count == 500) }
+        }
+        #expect(try root.stats().slowReadersClosed == closed)
+    }
+}
+
+extension AccessTests {
+    /// Several connections of one peer, each within its own bound, together pass the peer's:
+    /// the one holding the most is closed each time; the superuser is served meanwhile.
+    @Test("Unread replies are bounded per peer: the peer's connection holding the most is closed",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func unreadRepliesAreBoundedPerPeer() throws {
+        let (daemon, dir) = try startDaemon(["reply_buffer_bytes = 16777216", "reply_buffer_peer_bytes = 25165824"])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try fillTwoMegabytes(root, prefix: "big.")
+        // Four connections, five batches of two Lists each (4 MB replies): each connection keeps
+        // at most four (16 MB, within its bound), and together they pass the peer's 24 MiB.
+        let peer = try AccessProbe(directory: dir).startUnreadingPeer(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "5",
+            "--lists-per-batch", "2", "--connections", "4"])
+        defer { kill(peer.processIdentifier, SIGKILL) }
+        var stats = try root.stats()
+        let deadline = Date().addingTimeInterval(60)
+        while stats.slowReadersClosed == 0 && Date() < deadline {
+            #expect(try root.snapshot(prefix: "big.").kvs.count == 500)
+            stats = try root.stats()
+        }
+        #expect(stats.slowReadersClosed >= 1)
+        #expect(stats.replyBytesKept <= 24 << 20)
+        let log = try String(contentsOfFile: daemon.stderrPath, encoding: .utf8)
+        #expect(log.contains("reply_buffer_peer_bytes"), "closed for another reason: \(log.suffix(2000))")
+        #expect(!log.contains("passed reply_buffer_bytes"))
+    }
+}
+
+/// Publications a subscriber never reads are bounded in bytes. The attack: subscribers that stop
+/// reading while 1 MiB values are written made the daemon's memory grow from 29 MB to 1.6 GB in
+/// 15 s. Now the subscriber that does not read is closed once libzmq holds `publish_buffer_bytes`
+/// for it; one that reads is not.
+@Suite(.timeLimit(.minutes(2)))
+struct SubscriberBoundsTests {
+    @Test func aSubscriberThatNeverReadsIsClosedWithinTheBound() throws {
+        let dir = try temporaryDirectory()
+        try "publish_buffer_bytes = 33554432\n".write(toFile: dir + "/beacond.conf", atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
+                                       extraArguments: ["--config", dir + "/beacond.conf"])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let stalled = try AccessProbe(directory: dir).startUnreadingPeer([
+            "--runtime-dir", daemon.runtimeDirectory, "--subscribe", "big.", "--subscribe", "!", "--stop-when-subscribed"])
+        defer { kill(stalled.processIdentifier, SIGKILL) }
+        // A subscriber that reads everything, as fast as it comes, on a thread of its own.
+        let received = Mutex(0), stop = Atomic<Bool>(false), subscribed = Atomic<Bool>(false)
+        let endpoint = WireEndpoint.publish(inRuntimeDirectory: daemon.runtimeDirectory)
+        let reading = Thread {
+            guard let context = try? ZMQContext(), let reader = try? ZMQSocket(context, type: .sub, linger: 0) else { return }
+            try? reader.setReceiveHighWaterMark(0)
+            try? reader.connect(endpoint)
+            try? reader.subscribe(Array("big.".utf8))
+            subscribed.store(true, ordering: .releasing)
+            while !stop.load(ordering: .acquiring) {
+                if let frames = try? reader.receiveMessage(flags: .dontWait), !frames.isEmpty {
+                    received.withLock { $0 += 1 }
+                } else {
+                    Thread.sleep(forTimeInterval: 0.001)
+                }
+            }
+            reader.close()
+        }
+        reading.start()
+        defer { stop.store(true, ordering: .releasing) }
+        while !subscribed.load(ordering: .acquiring) { Thread.sleep(forTimeInterval: 0.01) }
+        Thread.sleep(forTimeInterval: 0.3)  // the daemon grants the subscription
+
+        let pid = daemon.process.processIdentifier
+        let peakBefore = try processMemory(of: pid, "VmHWM")
+        // 300 values of 1,000,000 bytes: 300 MB the stopped subscriber would make the daemon hold.
+        let value = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 1, count: 1_000_000) }
+        for index in 0..<300 { _ = try root.put("big.k\(index % 10)", value) }
+        let stats = try root.stats()
+        #expect(stats.slowSubscribersClosed == 1, "closed: \(stats.slowSubscribersClosed)")
+        // Writing the values costs the daemon about 100 MiB of peak memory with no stalled
+        // subscriber (the journal's pages, the values staged); the stalled one adds at most the
+        // 32 MiB bound. It added 280 MiB without the bound.
+        let growth = try processMemory(of: pid, "VmHWM") - peakBefore
+        #expect(growth < 160 << 20, "peak resident memory grew by \(growth >> 20) MiB")
+        let deadline = Date().addingTimeInterval(30)
+        while received.withLock({ $0 }) < 300 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(received.withLock { $0 } == 300, "the reading subscriber got every diff")
+        #expect(try String(contentsOfFile: daemon.stderrPath, encoding: .utf8).contains("subscribers closed: they do not read"))
+    }
+}
