@@ -18,10 +18,11 @@ struct AccessProbe {
         chmod(executable, 0o755)
     }
 
-    func run(identity: [String] = [], _ arguments: [String], whenReady: () throws -> Void = {}) throws -> [String] {
+    /// Starts the probe as `identity` (setpriv's arguments; none: this process's user), its
+    /// standard output going to a new file at the returned path.
+    func launch(identity: [String], _ arguments: [String]) throws -> (process: Process, outputPath: String) {
         let outputPath = executable + ".out-\(UInt32.random(in: 0 ... .max))"
         _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-        defer { try? FileManager.default.removeItem(atPath: outputPath) }
         let process = Process()
         if identity.isEmpty {
             process.executableURL = URL(fileURLWithPath: executable)
@@ -33,6 +34,12 @@ struct AccessProbe {
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         process.standardError = FileHandle.nullDevice
         try process.runSerially()
+        return (process, outputPath)
+    }
+
+    func run(identity: [String] = [], _ arguments: [String], whenReady: () throws -> Void = {}) throws -> [String] {
+        let (process, outputPath) = try launch(identity: identity, arguments)
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
         func lines() -> [String] {
             ((try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
         }

@@ -236,16 +236,18 @@ struct ReplyFlows {
         guard flows[id] != nil else { return }
         forget(id)
         closedConnections += 1
+        if closed.count >= 1024 { closed = closed.filter { $0.value.milliseconds(until: now) < Self.closedMilliseconds } }
         closed[id] = now
     }
 
     /// Whether a request from `id` comes from a connection closed for not reading its replies
     /// (it is then dropped: nobody reads its answer).
     mutating func isClosed(_ id: RoutingID, now: @autoclosure () -> MonotonicTime) -> Bool {
-        guard !closed.isEmpty else { return false }
+        guard !closed.isEmpty, let closedAt = closed[id] else { return false }
         let now = now()
-        closed = closed.filter { $0.value.milliseconds(until: now) < Self.closedMilliseconds }
-        return closed[id] != nil
+        if closedAt.milliseconds(until: now) < Self.closedMilliseconds { return true }
+        closed[id] = nil  // expired
+        return false
     }
 
     /// Whether a reply of `size` bytes may go to libzmq now, with libzmq holding `inFlight`
