@@ -28,6 +28,13 @@ extension BeaconServer {
     /// holds for the connection (``ReplyFlows``).
     func send(body: [UInt8], to envelope: [ZMQMessage]) {
         guard let first = envelope.first else { return }
+        // Most replies: small, with nothing waiting anywhere.
+        if replyFlows.goesAtOnce(size: body.count) {
+            if !hand(body: body, to: envelope, tracking: nil) {
+                replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: RoutingID(first))
+            }
+            return
+        }
         let id = RoutingID(first)
         switch replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: id) {
         case .send(let tracking):

@@ -163,6 +163,11 @@ struct ReplyFlows {
         if let id = byDescriptor[fd] { forget(id) }
     }
 
+    /// Whether a reply of `size` bytes goes to libzmq at once, whatever its connection: it is
+    /// small, and no connection has replies waiting.
+    @inline(__always)
+    func goesAtOnce(size: Int) -> Bool { size < limits.trackedBytes && blocked.isEmpty }
+
     /// Decides what happens to a reply of `size` bytes for connection `id`.
     mutating func offer(_ reply: @autoclosure () -> Reply, size: Int, to id: RoutingID) -> Offer {
         // Most replies: small, and nothing waits for their connection.
