@@ -32,6 +32,9 @@ final class TestClient: @unchecked Sendable {
             if queue.sync(execute: condition) { return true }
             try? await Task.sleep(for: .milliseconds(10))
         }
+        // Once more after the deadline: a test that sleeps may be resumed long after it (the
+        // suite's blocking tests can hold every thread of the pool), with the condition met.
+        if queue.sync(execute: condition) { return true }
         Issue.record("timed out waiting \(what)", sourceLocation: sourceLocation)
         return false
     }
@@ -114,7 +117,8 @@ final class ProbeProcess: @unchecked Sendable {
             if condition(dump.state, dump.connection) { return true }
             try await Task.sleep(for: .milliseconds(50))
         }
-        return false
+        let dump = try await dump()  // once more after the deadline, as in TestClient.wait
+        return condition(dump.state, dump.connection)
     }
 
     /// History lines as (revision, key, value or nil for deletions).

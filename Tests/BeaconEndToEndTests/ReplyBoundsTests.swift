@@ -101,14 +101,15 @@ extension AccessTests {
     @Test("Unread replies are bounded per peer: the peer's connection holding the most is closed",
           .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
     func unreadRepliesAreBoundedPerPeer() throws {
-        let (daemon, dir) = try startDaemon(["reply_buffer_bytes = 16777216", "reply_buffer_peer_bytes = 25165824"])
+        let (daemon, dir) = try startDaemon(["reply_buffer_peer_bytes = 25165824"])
         defer { daemon.stop() }
         let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         try fillTwoMegabytes(root, prefix: "big.")
-        // Four connections, five batches of two Lists each (4 MB replies): each connection keeps
-        // at most four (16 MB, within its bound), and together they pass the peer's 24 MiB.
+        // Four connections, ten batches of two Lists each (4 MB replies): each connection keeps
+        // at most nine (36 MB, within its 64 MiB bound), and together they pass the peer's
+        // 24 MiB, however many replies the probe took in before it stopped.
         let peer = try AccessProbe(directory: dir).startUnreadingPeer(identity: ["--reuid=5001", "--regid=5001"], [
-            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "5",
+            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "10",
             "--lists-per-batch", "2", "--connections", "4"])
         defer { kill(peer.processIdentifier, SIGKILL) }
         var stats = try root.stats()
