@@ -717,8 +717,11 @@ extension Beacon {
             var last = Beacon_V1_BackupReply()
             while true {
                 let request = Beacon_V1_Backup.with { $0.token = token; $0.offset = offset }
+                // The first reply comes once the daemon has made the copy, in steps between other
+                // requests: for a large journal on a busy daemon that takes minutes.
+                let wait = token.isEmpty ? 600_000 : 60_000
                 let reply = connection.run { (client) throws(WireError) in
-                    try client.call(.backup(request), timeoutMilliseconds: max(connection.timeout, 60_000))
+                    try client.call(.backup(request), timeoutMilliseconds: max(connection.timeout, wait))
                 }
                 guard case .backup(let chunk) = reply.result, chunk.offset == offset else {
                     close(fd); unlink(partial)
