@@ -9,8 +9,8 @@ import Foundation
 ///
 /// Memory: each key is one ``EntryRecord`` (metadata, key, value and session in one allocation),
 /// found through an open-addressed hash index of 32-bit record numbers and kept in key order by
-/// a sorted array of the same numbers: 114 bytes per key beyond the value with 17-byte keys
-/// (`beacon-bench scale --only memory`).
+/// a sorted array of the same numbers (what that costs per key: `beacon-bench scale --only
+/// memory`, in BENCHMARKS.md).
 struct SignalStore {
     /// One key's state, copied out of the store. `value` is an encoded `beacon.v1.Value`.
     struct Entry: Equatable {
