@@ -9,8 +9,10 @@ internal import CBeaconSQLite
 public final class Journal {
     /// The schema version this code writes; older journals are migrated at open.
     public static let schemaVersion = Int64(migrations.count)
-    /// How much of the journal file SQLite reads through a memory map (256 MiB).
-    static let mappedBytes = 256 << 20
+    /// How much of the journal file SQLite reads through a memory map (1 GiB). What lies beyond
+    /// is read through the page cache, which is the daemon's own memory: with 256 MiB, a journal
+    /// of 1,000,000 keys filled the cache at start-up (266 MB resident, against 222 MB now).
+    static let mappedBytes = 1 << 30
 
     /// Where the journal lives.
     public let path: String
