@@ -28,18 +28,13 @@ extension BeaconServer {
     /// holds for the connection (``ReplyFlows``).
     func send(body: [UInt8], to envelope: [ZMQMessage]) {
         guard let first = envelope.first else { return }
-        // Most replies: small, with nothing waiting anywhere.
-        if replyFlows.goesAtOnce(size: body.count) {
-            if !hand(body: body, to: envelope, tracking: nil) {
-                replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: RoutingID(first))
-            }
-            return
-        }
-        let id = RoutingID(first)
-        switch replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: id) {
+        // Most replies are small, with nothing waiting anywhere: they need no connection looked up.
+        let offer = replyFlows.goesAtOnce(size: body.count) ? .send(nil)
+            : replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: RoutingID(first))
+        switch offer {
         case .send(let tracking):
             if !hand(body: body, to: envelope, tracking: tracking) {
-                replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: id)
+                replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: RoutingID(first))
             }
         case .kept:
             break

@@ -141,9 +141,8 @@ struct ReplyFlows {
             return
         }
         // Known without its descriptor (a reply waited before its first request was placed).
-        waitingByPeer[flow.peer, default: 0] -= flow.waitingBytes
-        if waitingByPeer[flow.peer, default: 0] <= 0 { waitingByPeer[flow.peer] = nil }
-        waitingByPeer[peer, default: 0] += flow.waitingBytes
+        countWaiting(-flow.waitingBytes, of: flow.peer)
+        countWaiting(flow.waitingBytes, of: peer)
         flow.fd = fd
         flow.peer = peer
         flows[id] = flow
@@ -180,8 +179,7 @@ struct ReplyFlows {
         flow.waitingBytes += bytes
         flows[id] = flow
         blocked.insert(id)
-        waitingBytes += bytes
-        waitingByPeer[flow.peer, default: 0] += bytes
+        countWaiting(bytes, of: flow.peer)
         if let victim = overLimit(after: id) { return .keptClosing(victim) }
         return .kept
     }
@@ -199,8 +197,7 @@ struct ReplyFlows {
         flow.waitingBytes += reply.body.count
         flows[id] = flow
         blocked.insert(id)
-        waitingBytes += reply.body.count
-        waitingByPeer[flow.peer, default: 0] += reply.body.count
+        countWaiting(reply.body.count, of: flow.peer)
     }
 
     /// Hands the waiting replies that may go to libzmq now to `hand`, in order per connection,
@@ -220,9 +217,7 @@ struct ReplyFlows {
                 flow.waiting[flow.waitingStart].envelope = []
                 flow.waitingStart += 1
                 flow.waitingBytes -= size
-                waitingBytes -= size
-                waitingByPeer[flow.peer, default: 0] -= size
-                if waitingByPeer[flow.peer] == 0 { waitingByPeer[flow.peer] = nil }
+                countWaiting(-size, of: flow.peer)
             }
             if !flow.hasWaiting {
                 flow.waiting.removeAll()
@@ -294,8 +289,13 @@ struct ReplyFlows {
         guard let flow = flows.removeValue(forKey: id) else { return }
         if byDescriptor[flow.fd] == id { byDescriptor[flow.fd] = nil }
         blocked.remove(id)
-        waitingBytes -= flow.waitingBytes
-        waitingByPeer[flow.peer, default: 0] -= flow.waitingBytes
-        if waitingByPeer[flow.peer, default: 0] <= 0 { waitingByPeer[flow.peer] = nil }
+        countWaiting(-flow.waitingBytes, of: flow.peer)
+    }
+
+    /// Adds `bytes` (or takes them off, when negative) to what waits in all and for `peer`.
+    private mutating func countWaiting(_ bytes: Int, of peer: ConnectionPeer) {
+        waitingBytes += bytes
+        let left = waitingByPeer[peer, default: 0] + bytes
+        waitingByPeer[peer] = left > 0 ? left : nil
     }
 }
