@@ -16,12 +16,12 @@ public final class Journal {
 
     /// Where the journal lives.
     public let path: String
-    /// The journal's identity: random, chosen when the file was created, kept across restarts.
-    /// Set once at open; read for every diff the daemon publishes, so without a dynamic
-    /// exclusivity check.
-    @exclusivity(unchecked) public private(set) var epoch: UInt64 = 0
+    /// The journal's identity: random, chosen when the file was created, kept across restarts
+    /// (a relay's takes its upstream's, ``replaceContents(epoch:revision:entries:)``). Read for
+    /// every diff the daemon publishes, so without a dynamic exclusivity check.
+    @exclusivity(unchecked) public internal(set) var epoch: UInt64 = 0
     /// The highest committed revision (0 for a new journal).
-    public private(set) var headRevision: UInt64 = 0
+    public internal(set) var headRevision: UInt64 = 0
     /// History at or below this revision has been compacted: only the latest change per key remains.
     public internal(set) var compactedRevision: UInt64 = 0
     /// The compaction under way, if any (see ``beginCompaction(through:)``).
@@ -30,11 +30,11 @@ public final class Journal {
     let database: SQLiteDatabase
     // Read for every append: no dynamic exclusivity check (a journal is used by one thread at
     // a time, and appending calls nothing that appends).
-    @exclusivity(unchecked) private var changeLog: ChangeLogWriter!
+    @exclusivity(unchecked) var changeLog: ChangeLogWriter!
     private var upsertState: SQLiteStatement!
     private var saveStateRevision: SQLiteStatement!
     /// The state table reflects every change up to this revision; later ones are in the log only.
-    public private(set) var stateRevision: UInt64 = 0
+    public internal(set) var stateRevision: UInt64 = 0
     /// Revisions the state table may lag behind the log before ``append(_:)`` brings it up to date.
     public var stateCheckpointInterval: UInt64 = 32_768
     /// Bytes of values appended since the last checkpoint before ``append(_:)`` brings the state
@@ -345,7 +345,13 @@ public final class Journal {
         unsavedStateBytes = 0
     }
 
-    private func saveState(_ change: JournalChange) throws(SQLiteError) {
+    /// Forgets the changes held for the next checkpoint: the state table holds them already.
+    func resetUnsavedChanges() {
+        unsavedChanges = []
+        unsavedStateBytes = 0
+    }
+
+    func saveState(_ change: JournalChange) throws(SQLiteError) {
         let statement = upsertStateRow!
         statement.bind(3, change.version)
         statement.bind(4, change.createRevision)
