@@ -35,6 +35,9 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
         public static let rateLimited = Code("rate-limited")
         /// A limit on keys per writer or on the journal's size was reached.
         public static let quotaExceeded = Code("quota-exceeded")
+        /// The daemon is a relay that cannot reach its upstream: the write was not applied, or
+        /// (when its answer was lost) may have been; the client retries it with its write id.
+        public static let upstreamUnavailable = Code("upstream-unavailable")
         /// The request was refused for another reason the daemon named.
         public static let rejected = Code("rejected")
         /// The daemon did not answer in time; a write may or may not have been committed.
@@ -90,6 +93,7 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
         case .permissionDenied: .permissionDenied
         case .rateLimited: .rateLimited
         case .quotaExceeded: .quotaExceeded
+        case .upstreamUnavailable: .upstreamUnavailable
         default: .rejected
         }
         self.init(code, error.message, key: error.key.isEmpty ? nil : error.key)

@@ -9,7 +9,8 @@ public enum ConnectionState: String, Sendable, Equatable, CustomStringConvertibl
     case syncing
     /// Every mirror holds the daemon's state and heartbeats arrive.
     case live
-    /// Heartbeats stopped (daemon down, connection lost): mirrors show the last known values.
+    /// Heartbeats stopped (daemon down, connection lost), or the daemon is a relay that cannot
+    /// reach its upstream: mirrors show the last known values.
     case stale
 
     public var description: String { rawValue }

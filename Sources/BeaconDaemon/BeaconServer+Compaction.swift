@@ -62,6 +62,12 @@ extension BeaconServer {
         logger.info("journal compacted", metadata: [
             "journal.compacted": "\(progress.target)", "removed": "\(progress.removed)",
             "seconds": "\((seconds * 1000).rounded() / 1000)"])
+        answerCompactionWaiters(removed: UInt64(progress.removed))
+    }
+
+    /// Answers the `Compact` requests waiting for the compaction that finished (or, on a relay,
+    /// was overtaken by the upstream's state).
+    func answerCompactionWaiters(removed: UInt64) {
         let waiters = compactionSchedule.waiters
         compactionSchedule.waiters.removeAll()
         for waiter in waiters {
@@ -69,7 +75,7 @@ extension BeaconServer {
             reply.id = waiter.id
             reply.compact = .with {
                 $0.compactedRevision = pipeline.compactedRevision
-                $0.removed = UInt64(progress.removed)
+                $0.removed = removed
             }
             replies.fill(waiter.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
         }

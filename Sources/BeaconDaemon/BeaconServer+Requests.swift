@@ -33,7 +33,7 @@ extension BeaconServer {
     /// - Returns: how many requests it carried.
     @discardableResult
     private func handle(_ bytes: UnsafeRawBufferPointer, route: ReplyRoute, inBatch: Bool) -> Int {
-        if let put = FastPut.parse(bytes) {
+        if relay == nil, let put = FastPut.parse(bytes) {
             stageWrite(put, route: route)
             return 1
         }
@@ -57,7 +57,9 @@ extension BeaconServer {
     private func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool) -> Int {
         switch request.op {
         case .put, .delete, .txn:
-            stageWrite(request, route: route)
+            if relay != nil { forwardToUpstream(request, route: route) } else { stageWrite(request, route: route) }
+        case .keepAlive where relay != nil:
+            forwardToUpstream(request, route: route)
         case .batch(let batch):
             // Reached when the fast path could not read the batch (unknown fields, say).
             guard !inBatch else {
@@ -157,6 +159,7 @@ extension BeaconServer {
                 $0.compactedRevision = pipeline.compactedRevision
                 $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
                 $0.daemonVersion = BeaconVersion.string
+                if let upstream = upstreamStatusMessage { $0.upstream = upstream }
             }
 
         case .get(let get):
@@ -262,6 +265,8 @@ extension BeaconServer {
                 $0.slowReadersClosed = replyFlows.closedConnections
                 $0.publishBytesUnsent = UInt64(max(publisher.unsent.value, 0))
                 $0.slowSubscribersClosed = counters.slowSubscribersClosed
+                if let upstream = upstreamStatusMessage { $0.upstream = upstream }
+                $0.writesForwarded = relay?.writesForwarded ?? 0
             }
 
         case .keepAlive(let keepAlive):

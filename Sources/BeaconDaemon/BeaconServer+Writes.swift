@@ -166,7 +166,7 @@ extension BeaconServer {
     }
 
     /// Refuses a write with a key the peer may not write.
-    private func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
+    func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
         if current.rights.write.isEverything { return }  // no policy: nothing to look up or copy
         let writable = current.rights.write
         for index in ops.indices where !writable.contains(key: ops[index].key) {
@@ -196,7 +196,7 @@ extension BeaconServer {
 
     /// Checks a write against the peer's limits, after its rights and before its preconditions:
     /// the value size limit, the write rate, and the journal size.
-    private func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
+    func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
         let limits = access.limits
         // The protocol's own limit is checked with the value's structure (WriteOp).
         for index in ops.indices where limits.maxValueBytes < WireLimits.maxValueBytes {
@@ -368,6 +368,7 @@ extension BeaconServer {
             }
             counters.writes += UInt64(batch.count)
             replies.release(durableRevision: durableRevision, deliver: deliver)
+            if relay != nil { mirrorAdvanced() }
             submitStagedIfIdle()
         case .failed(let refused, let error):
             for write in refused.reversed() { store.undo(write.undo) }
@@ -375,7 +376,7 @@ extension BeaconServer {
             readOnlyUntil = MonotonicTime.now().adding(milliseconds: 1000)
             logger.error("journal commit failed; refusing writes for 1 s", metadata: [
                 "error": "\(error)", "writes": "\(refused.count)"])
-            for write in refused where write.isDaemons {
+            for write in refused where write.isDaemons && relay == nil {
                 // An expiry or an ended session: try again once the journal accepts writes.
                 for change in write.changes {
                     guard let entry = store.live(change.key) else { continue }
@@ -388,6 +389,8 @@ extension BeaconServer {
                 }
             }
             counters.rejected += UInt64(refused.count { !$0.isDaemons })
+            // A relay's mirrored revisions that were not journaled are fetched again.
+            relay?.link.resume(after: durableRevision, epoch: pipeline.epoch)
             // Every reply waiting on the rolled-back writes, refusals decided against them too.
             replies.rollBack(durableRevision: durableRevision, reason: error.description, deliver: deliver)
         }
@@ -451,6 +454,7 @@ extension BeaconServer {
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = Journal.nowMilliseconds()
         heartbeat.prefixes = publisher.tracker.heads
+        if let upstream = upstreamStatusMessage { heartbeat.upstream = upstream }
         publishHeartbeats(heartbeat)
     }
 

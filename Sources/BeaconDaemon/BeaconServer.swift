@@ -63,6 +63,10 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var replyFlows: ReplyFlows
     /// When subscribers that do not read were last looked for.
     @exclusivity(unchecked) var lastStalledSubscriberScan = MonotonicTime(milliseconds: 0)
+    /// Subscriber connections whose send queue was full at the last scan.
+    @exclusivity(unchecked) var stalledSubscribers: Set<StalledSubscriber> = []
+    /// A relay's link to its upstream and the requests forwarded on it; nil on a primary.
+    @exclusivity(unchecked) var relay: RelayState?
 
     private var context: ZMQContext?
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
@@ -78,7 +82,7 @@ public final class BeaconServer: @unchecked Sendable {
     var writeRate = RateMeter()
     var publicationRate = RateMeter()
     private var lock: InstanceLock?
-    private let wake: WakePipe
+    let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
     /// Log lines outside peers can cause, throttled.
     @exclusivity(unchecked) var logThrottle = LogThrottle()
@@ -149,6 +153,7 @@ public final class BeaconServer: @unchecked Sendable {
         do {
             try whileStarting("loading the current state") { () throws(DaemonError) in try loadState() }
             try openSockets()
+            try startRelay()
         } catch {
             pipeline.close()
             lock?.release()
@@ -220,6 +225,7 @@ public final class BeaconServer: @unchecked Sendable {
             ("tcp_insecure", next.tcpInsecure != live.tcpInsecure),
             ("pending_requests", next.limits.pendingRequests != live.limits.pendingRequests),
             ("loop_cpu", next.loopCPU != live.loopCPU),
+            ("upstream", next.upstream != live.upstream),
         ]
         for (name, changed) in restartOnly where changed {
             logger.warning("setting changed on reload; it takes effect at the next start", metadata: ["setting": "\(name)"])
@@ -250,6 +256,7 @@ public final class BeaconServer: @unchecked Sendable {
         "revision \(store.headRevision), \(store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
             + "\(Int(writesPerSecond.rounded())) writes/s, journal \(pipeline.sizeInBytes / 1024) KiB"
             + (readOnlyUntil > .now() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
+            + relayStatusLine
     }
 
     /// Waits until the loop has finished and everything is closed.
@@ -277,7 +284,9 @@ public final class BeaconServer: @unchecked Sendable {
         }
     }
 
-    private func loadState() throws(DaemonError) {
+    /// Loads the store from the journal and sets the timers of what expires or is bound to a
+    /// session (a relay's keys expire at its upstream, which sends the deletes).
+    func loadState() throws(DaemonError) {
         do {
             var loaded = SignalStore()
             let journal = pipeline.journal
@@ -291,6 +300,7 @@ public final class BeaconServer: @unchecked Sendable {
         } catch {
             throw DaemonError(.journal, error.description, underlying: error)
         }
+        guard configuration.upstream == nil else { return }
         let wallNow = Journal.nowMilliseconds()
         let now = MonotonicTime.now()
         store.forEachExpiringOrBound { key, entry in
@@ -488,6 +498,7 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
+            drainUpstream()
             for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) {
                 drainConnections(monitor)
             }
@@ -540,6 +551,8 @@ public final class BeaconServer: @unchecked Sendable {
             applyPendingReload()
         }
         // Requests already read are answered; then everything closes in order.
+        relay?.link.stop()
+        abandonForwarded()
         flushWrites()
         backups.removeAll()
         connections.close()

@@ -1,5 +1,6 @@
 import BeaconJournal
 import BeaconProtocol
+import BeaconWire
 import BeaconZMQ
 import Foundation
 
@@ -46,6 +47,73 @@ public struct DaemonConfiguration: Sendable, Equatable {
 
     /// The daemon's CURVE key pair, read from ``curveSecretKeyFile`` by ``validate()``.
     public var curveKeys: ZMQCurveKeyPair?
+    /// The daemon this one relays (`upstream`): set, this daemon mirrors it and forwards writes.
+    public var upstream: UpstreamSettings?
+
+    /// How a relay reaches its upstream (`upstream`, `upstream_publish`, `upstream_server_key`,
+    /// `upstream_key_file`).
+    public struct UpstreamSettings: Sendable, Equatable {
+        /// The upstream's request endpoint (`tcp://host:port` or `ipc://path`).
+        public var requestEndpoint: String
+        /// The upstream's publish endpoint; by default the next tcp port, or `beacon.pub` beside an ipc `beacon.req`.
+        public var publishEndpoint: String?
+        /// The upstream's CURVE public key, or a file holding it.
+        public var serverKey: String?
+        /// This relay's CURVE key file (`beacon keygen`); the upstream's rules name its public key.
+        public var keyFile: String?
+        /// The CURVE credentials read by ``DaemonConfiguration/validate()``.
+        public var curve: CurveCredentials?
+
+        /// A relay of the daemon at `requestEndpoint`.
+        public init(requestEndpoint: String, publishEndpoint: String? = nil, serverKey: String? = nil, keyFile: String? = nil) {
+            self.requestEndpoint = requestEndpoint
+            self.publishEndpoint = publishEndpoint
+            self.serverKey = serverKey
+            self.keyFile = keyFile
+        }
+
+        /// The publish endpoint to connect to.
+        public var resolvedPublishEndpoint: String? {
+            if let publishEndpoint { return publishEndpoint }
+            if requestEndpoint.hasPrefix("ipc://"), requestEndpoint.hasSuffix("/" + WireEndpoint.requestSocketName) {
+                return String(requestEndpoint.dropLast(WireEndpoint.requestSocketName.count)) + WireEndpoint.publishSocketName
+            }
+            guard requestEndpoint.hasPrefix("tcp://"), let colon = requestEndpoint.lastIndex(of: ":"),
+                  let port = UInt16(requestEndpoint[requestEndpoint.index(after: colon)...]), port < .max else { return nil }
+            return requestEndpoint[..<colon] + ":\(port + 1)"
+        }
+
+        mutating func validate() throws(PolicyError) {
+            guard requestEndpoint.hasPrefix("tcp://") || requestEndpoint.hasPrefix("ipc://") else {
+                throw PolicyError("upstream '\(requestEndpoint)' is neither tcp:// nor ipc://")
+            }
+            guard resolvedPublishEndpoint != nil else {
+                throw PolicyError("upstream_publish is needed: no publish endpoint follows from '\(requestEndpoint)'")
+            }
+            curve = nil
+            guard serverKey != nil || keyFile != nil else { return }
+            guard let server = serverKey, let file = keyFile else {
+                throw PolicyError("CURVE to the upstream needs both upstream_server_key and upstream_key_file")
+            }
+            var serverPublic = server
+            if !ZMQCurveKeyPair.isValidKey(server) {
+                guard let parsed = try? CurveKeyFile(path: server), let key = parsed.publicKey else {
+                    throw PolicyError("upstream_server_key: '\(server)' is neither a CURVE public key nor a key file holding one")
+                }
+                serverPublic = key
+            }
+            let own: CurveKeyFile
+            do {
+                own = try CurveKeyFile(path: file)
+            } catch {
+                throw PolicyError("upstream_key_file \(file): \(error)")
+            }
+            guard let secret = own.secretKey, let keys = try? ZMQCurveKeyPair(secretKey: secret) else {
+                throw PolicyError("upstream_key_file \(file) holds no valid secret key (make one with `beacon keygen`)")
+            }
+            curve = CurveCredentials(serverKey: serverPublic, keys: keys)
+        }
+    }
 
     /// Every tcp endpoint this configuration binds.
     public var tcpEndpoints: [String] {
@@ -90,6 +158,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
         for endpoint in extraRequestEndpoints + extraPublishEndpoints where !endpoint.hasPrefix("tcp://") && !endpoint.hasPrefix("ipc://") {
             throw PolicyError("endpoint '\(endpoint)' is neither tcp:// nor ipc://")
         }
+        try upstream?.validate()
     }
 
     /// The journal file.
@@ -203,6 +272,21 @@ public struct DaemonConfiguration: Sendable, Equatable {
             case "reply_buffer_total_bytes": copy.limits.replyBufferTotalBytes = try number(Int.self, min: 1 << 20)
             case "publish_buffer_bytes": copy.limits.publishBufferBytes = try number(Int.self, min: 1 << 20)
             case "curve_secret_key_file": copy.curveSecretKeyFile = value.isEmpty ? nil : value
+            case "upstream":
+                if value.isEmpty {
+                    copy.upstream = nil
+                } else {
+                    copy.upstream = copy.upstream ?? UpstreamSettings(requestEndpoint: value)
+                    copy.upstream!.requestEndpoint = value
+                }
+            case "upstream_publish", "upstream_server_key", "upstream_key_file":
+                guard copy.upstream != nil else { throw fail("'\(name)' needs an 'upstream = ENDPOINT' line before it") }
+                let setting: String? = value.isEmpty ? nil : value
+                switch name {
+                case "upstream_publish": copy.upstream!.publishEndpoint = setting
+                case "upstream_server_key": copy.upstream!.serverKey = setting
+                default: copy.upstream!.keyFile = setting
+                }
             case "tcp_insecure":
                 guard let flag = Bool(value) else { throw fail("'tcp_insecure' is true or false, not '\(value)'") }
                 copy.tcpInsecure = flag

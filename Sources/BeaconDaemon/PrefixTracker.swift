@@ -48,6 +48,12 @@ struct PrefixTracker {
         prefixLengthsStale = true
     }
 
+    /// Starts every tracked prefix over at `revision` (a relay's journal was replaced by its
+    /// upstream's state there): a subscriber behind it repairs, and finds the history gone.
+    mutating func restart(at revision: UInt64) {
+        for prefix in Array(tracked.keys) { tracked[prefix]!.lastRevision = revision }
+    }
+
     /// Forgets every subscriber (the publish socket was opened anew); leases stay.
     mutating func resetSubscriptions() {
         for prefix in Array(tracked.keys) { tracked[prefix]!.subscribers = 0 }

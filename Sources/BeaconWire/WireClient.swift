@@ -327,16 +327,24 @@ public final class WireClient {
                 guard try subscriberPoller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
                 frames = try subscriber.receiveMessage(flags: .dontWait)
             }
-            guard let frames, frames.count == 2 else { return nil }
-            switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
-            case .heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes))
-            case .commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: frames[1].bytes))
-            case .diff: return .diff(try Beacon_V1_Diff(frame: frames[1]))
-            }
+            guard let frames else { return nil }
+            return try Self.decodePublication(frames)
         } catch let error as ZMQError {
             throw WireError(error)
         } catch {
             throw WireError(kind: .malformedReply, message: "publication is not valid: \(error)")
+        }
+    }
+
+    /// Decodes the frames of one message from a publish socket: `nil` for a message that is not
+    /// two frames (topic, body).
+    /// - Throws: when the body does not decode.
+    public static func decodePublication(_ frames: [ZMQMessage]) throws -> Publication? {
+        guard frames.count == 2 else { return nil }
+        switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
+        case .heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes))
+        case .commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: frames[1].bytes))
+        case .diff: return .diff(try Beacon_V1_Diff(frame: frames[1]))
         }
     }
 }

@@ -785,7 +785,7 @@ extension Beacon {
         @OptionGroup var connection: Connection
         func run() throws {
             let stats = connection.run { (client) throws(WireError) in try client.stats(timeoutMilliseconds: connection.timeout) }
-            let object: [String: Any] = [
+            var object: [String: Any] = [
                 "epoch": stats.epoch, "head_revision": stats.headRevision, "compacted_revision": stats.compactedRevision,
                 "keys": stats.keys, "tombstones": stats.tombstones, "journal_bytes": stats.journalBytes,
                 "writes": stats.writes, "commits": stats.commits, "rejected": stats.rejected, "published": stats.published,
@@ -800,6 +800,16 @@ extension Beacon {
                 "reply_bytes_kept": stats.replyBytesKept, "slow_readers_closed": stats.slowReadersClosed,
                 "publish_bytes_unsent": stats.publishBytesUnsent, "slow_subscribers_closed": stats.slowSubscribersClosed,
             ]
+            if stats.hasUpstream {
+                // A relay: where its upstream is, whether it is heard from, and how far behind this daemon is.
+                let upstream = stats.upstream
+                object["upstream"] = upstream.endpoint
+                object["upstream_reachable"] = upstream.reachable
+                object["upstream_head_revision"] = upstream.headRevision
+                object["upstream_lag_revisions"] = upstream.headRevision > stats.headRevision ? upstream.headRevision - stats.headRevision : 0
+                object["upstream_last_heard_ms"] = upstream.lastHeardMs
+                object["writes_forwarded"] = stats.writesForwarded
+            }
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }
     }

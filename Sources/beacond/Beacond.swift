@@ -55,6 +55,18 @@ struct Beacond: AsyncParsableCommand {
     @Flag(name: .long, help: "Allow tcp endpoints without CURVE: no encryption, no authentication (logged as a warning).")
     var tcpInsecure = false
 
+    @Option(name: .long, help: ArgumentHelp("Run as a relay of the daemon at this request endpoint, e.g. tcp://10.0.0.1:7401: mirror it, serve its clients here, forward writes.", valueName: "endpoint"))
+    var upstream: String?
+
+    @Option(name: .long, help: ArgumentHelp("The upstream's publish endpoint (default: the next tcp port, or beacon.pub beside an ipc beacon.req).", valueName: "endpoint"))
+    var upstreamPublish: String?
+
+    @Option(name: .long, help: ArgumentHelp("The upstream's CURVE public key, or a file holding it.", valueName: "key|file"))
+    var upstreamServerKey: String?
+
+    @Option(name: .long, help: ArgumentHelp("This relay's CURVE key file (beacon keygen); the upstream's rules name its public key.", valueName: "file"))
+    var upstreamKeyFile: String?
+
     @Flag(name: .long, help: "Check the configuration (file, flags, access rules, CURVE key) and exit: 0 valid, 78 invalid.")
     var checkConfig = false
 
@@ -157,6 +169,16 @@ struct Beacond: AsyncParsableCommand {
         if let maxBatch { configuration.maxBatch = max(maxBatch, 1) }
         if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
         if tcpInsecure { configuration.tcpInsecure = true }
+        if let upstream {
+            configuration.upstream = configuration.upstream ?? DaemonConfiguration.UpstreamSettings(requestEndpoint: upstream)
+            configuration.upstream!.requestEndpoint = upstream
+        }
+        if upstreamPublish != nil || upstreamServerKey != nil || upstreamKeyFile != nil {
+            guard configuration.upstream != nil else { throw ValidationError("--upstream-publish, --upstream-server-key and --upstream-key-file need --upstream") }
+            if let upstreamPublish { configuration.upstream!.publishEndpoint = upstreamPublish }
+            if let upstreamServerKey { configuration.upstream!.serverKey = upstreamServerKey }
+            if let upstreamKeyFile { configuration.upstream!.keyFile = upstreamKeyFile }
+        }
         if let loopCpu {
             guard let placement = LoopCPU(loopCpu) else { throw ValidationError("loop-cpu is auto, off or a CPU number, not '\(loopCpu)'") }
             configuration.loopCPU = placement
@@ -175,6 +197,10 @@ struct Beacond: AsyncParsableCommand {
             }
         } else {
             lines.append("no allow rules: every peer that can open the sockets may read and write every key")
+        }
+        if let upstream = configuration.upstream {
+            lines.append("relay of \(upstream.requestEndpoint) (publish \(upstream.resolvedPublishEndpoint ?? "?"), "
+                + (upstream.curve == nil ? "no CURVE)" : "CURVE as \(upstream.curve!.keys.publicKey))"))
         }
         if let keys = configuration.curveKeys { lines.append("CURVE public key = \(keys.publicKey)") }
         return lines.joined(separator: "\n")

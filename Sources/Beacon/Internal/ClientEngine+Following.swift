@@ -115,6 +115,8 @@ extension ClientEngine {
             case .heartbeat:
                 guard let heartbeat = try? Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes) else { continue }
                 heartbeatIntervalMs = UInt64(max(heartbeat.intervalMs, 10))
+                // A relay that cannot reach its upstream serves what it has: stale, like a lost daemon.
+                upstreamUnreachable = heartbeat.hasUpstream && !heartbeat.upstream.reachable
                 mirrors.receive(heartbeat)
                 for history in histories.values { history.core.receive(heartbeat) }
             case .commit:

@@ -61,6 +61,10 @@ extension ClientEngine {
             write.result = WriteResult(revision: committed.revision, versions: committed.versions, replayed: committed.replayed)
             write.repliedAt = ClientEngine.now()
             awaitingMirror.append(write)  // completed by the loop's next serviceWrites
+        case .error(let error) where error.code == .upstreamUnavailable && ClientEngine.now() < write.deadline:
+            // A relay that cannot reach its upstream now: the same write (same write id, so at
+            // most once) is sent again at its next retry, until its deadline.
+            pendingWrites[write.id] = write
         case .error(let error):
             write.request.complete(.failure(BeaconError(reply: error, operationCount: write.request.keys.count)))
         default:

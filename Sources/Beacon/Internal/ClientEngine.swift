@@ -65,6 +65,8 @@ final class ClientEngine: @unchecked Sendable {
     /// Blocking requests that timed out in a row (resets on an answer).
     var consecutiveTimeouts = 0
     var heartbeatIntervalMs: UInt64 = 1000
+    /// The daemon is a relay whose last heartbeat said its upstream is unreachable.
+    var upstreamUnreachable = false
     private var connection = ConnectionState.connecting
 
     init(configuration: BeaconConfiguration, sessionID: Data, localJournal: LocalJournal?,
@@ -236,7 +238,7 @@ final class ClientEngine: @unchecked Sendable {
         let state: ConnectionState
         if lastHeard == 0 {
             state = .connecting
-        } else if isSilent || daemonSilent {
+        } else if isSilent || daemonSilent || upstreamUnreachable {
             state = .stale
         } else if mirrors.isSyncing {
             state = .syncing

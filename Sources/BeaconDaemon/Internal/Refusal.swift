@@ -7,7 +7,7 @@ struct Refusal: Error {
     enum Code {
         case malformed, unknownRequest, invalidKey, invalidValue, valueTooLarge, notFound, versionConflict, alreadyExists
         case compacted, futureRevision, tooManyOperations, readOnly, invalidArgument, `internal`
-        case permissionDenied, rateLimited, quotaExceeded
+        case permissionDenied, rateLimited, quotaExceeded, upstreamUnavailable
     }
 
     var code: Code
@@ -62,6 +62,7 @@ struct Refusal: Error {
         case .permissionDenied: .permissionDenied
         case .rateLimited: .rateLimited
         case .quotaExceeded: .quotaExceeded
+        case .upstreamUnavailable: .upstreamUnavailable
         }
     }
 }

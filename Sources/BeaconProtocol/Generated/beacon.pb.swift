@@ -423,6 +423,41 @@ public nonisolated struct Beacon_V1_Heartbeat: Sendable {
   /// every tracked prefix
   public var prefixes: [Beacon_V1_PrefixHead] = []
 
+  /// a relay's link to its upstream; unset on a primary
+  public var upstream: Beacon_V1_UpstreamStatus {
+    get {_upstream ?? Beacon_V1_UpstreamStatus()}
+    set {_upstream = newValue}
+  }
+  /// Returns true if `upstream` has been explicitly set.
+  public var hasUpstream: Bool {self._upstream != nil}
+  /// Clears the value of `upstream`. Subsequent reads from it will return its default value.
+  public mutating func clearUpstream() {self._upstream = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _upstream: Beacon_V1_UpstreamStatus? = nil
+}
+
+/// A relay's link to the daemon it mirrors (its upstream). Unset on a primary.
+public nonisolated struct Beacon_V1_UpstreamStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// the upstream's request endpoint
+  public var endpoint: String = String()
+
+  /// false: the relay is stale, serves what it has, refuses writes
+  public var reachable: Bool = false
+
+  /// the upstream's head as last heard
+  public var headRevision: UInt64 = 0
+
+  /// Unix ms of the last heartbeat or reply from the upstream; 0 = never
+  public var lastHeardMs: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1120,6 +1155,10 @@ public nonisolated struct Beacon_V1_Error: Sendable {
 
     /// a limit on keys per peer or on the journal's size was reached
     case quotaExceeded // = 17
+
+    /// A relay cannot reach its upstream: the write was not forwarded, or its answer did not
+    /// come back (then it may have been applied: retry with the same write_id). Retryable.
+    case upstreamUnavailable // = 18
     case UNRECOGNIZED(Int)
 
     public init() {
@@ -1146,6 +1185,7 @@ public nonisolated struct Beacon_V1_Error: Sendable {
       case 15: self = .permissionDenied
       case 16: self = .rateLimited
       case 17: self = .quotaExceeded
+      case 18: self = .upstreamUnavailable
       default: self = .UNRECOGNIZED(rawValue)
       }
     }
@@ -1170,6 +1210,7 @@ public nonisolated struct Beacon_V1_Error: Sendable {
       case .permissionDenied: return 15
       case .rateLimited: return 16
       case .quotaExceeded: return 17
+      case .upstreamUnavailable: return 18
       case .UNRECOGNIZED(let i): return i
       }
     }
@@ -1194,6 +1235,7 @@ public nonisolated struct Beacon_V1_Error: Sendable {
       .permissionDenied,
       .rateLimited,
       .quotaExceeded,
+      .upstreamUnavailable,
     ]
 
   }
@@ -1220,9 +1262,21 @@ public nonisolated struct Beacon_V1_PingReply: Sendable {
 
   public var daemonVersion: String = String()
 
+  /// a relay's link to its upstream; unset on a primary
+  public var upstream: Beacon_V1_UpstreamStatus {
+    get {_upstream ?? Beacon_V1_UpstreamStatus()}
+    set {_upstream = newValue}
+  }
+  /// Returns true if `upstream` has been explicitly set.
+  public var hasUpstream: Bool {self._upstream != nil}
+  /// Clears the value of `upstream`. Subsequent reads from it will return its default value.
+  public mutating func clearUpstream() {self._upstream = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _upstream: Beacon_V1_UpstreamStatus? = nil
 }
 
 public nonisolated struct Beacon_V1_GetReply: Sendable {
@@ -1516,6 +1570,22 @@ public nonisolated struct Beacon_V1_StatsReply: @unchecked Sendable {
   public var slowSubscribersClosed: UInt64 {
     get {_storage._slowSubscribersClosed}
     set {_uniqueStorage()._slowSubscribersClosed = newValue}
+  }
+
+  /// a relay's link to its upstream; unset on a primary
+  public var upstream: Beacon_V1_UpstreamStatus {
+    get {_storage._upstream ?? Beacon_V1_UpstreamStatus()}
+    set {_uniqueStorage()._upstream = newValue}
+  }
+  /// Returns true if `upstream` has been explicitly set.
+  public var hasUpstream: Bool {_storage._upstream != nil}
+  /// Clears the value of `upstream`. Subsequent reads from it will return its default value.
+  public mutating func clearUpstream() {_uniqueStorage()._upstream = nil}
+
+  /// a relay's writes forwarded to its upstream
+  public var writesForwarded: UInt64 {
+    get {_storage._writesForwarded}
+    set {_uniqueStorage()._writesForwarded = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -2109,7 +2179,7 @@ nonisolated extension Beacon_V1_PrefixHead: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Heartbeat"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}interval_ms\0\u{3}timestamp_ms\0\u{1}prefixes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}interval_ms\0\u{3}timestamp_ms\0\u{1}prefixes\0\u{1}upstream\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2124,12 +2194,17 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.intervalMs) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.timestampMs) }()
       case 7: try { try decoder.decodeRepeatedMessageField(value: &self.prefixes) }()
+      case 8: try { try decoder.decodeSingularMessageField(value: &self._upstream) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if self.epoch != 0 {
       try visitor.visitSingularUInt64Field(value: self.epoch, fieldNumber: 1)
     }
@@ -2151,6 +2226,9 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.prefixes.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.prefixes, fieldNumber: 7)
     }
+    try { if let v = self._upstream {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2162,6 +2240,52 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.intervalMs != rhs.intervalMs {return false}
     if lhs.timestampMs != rhs.timestampMs {return false}
     if lhs.prefixes != rhs.prefixes {return false}
+    if lhs._upstream != rhs._upstream {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beacon_V1_UpstreamStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UpstreamStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}endpoint\0\u{1}reachable\0\u{3}head_revision\0\u{3}last_heard_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.endpoint) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.reachable) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.headRevision) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.lastHeardMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.endpoint.isEmpty {
+      try visitor.visitSingularStringField(value: self.endpoint, fieldNumber: 1)
+    }
+    if self.reachable != false {
+      try visitor.visitSingularBoolField(value: self.reachable, fieldNumber: 2)
+    }
+    if self.headRevision != 0 {
+      try visitor.visitSingularUInt64Field(value: self.headRevision, fieldNumber: 3)
+    }
+    if self.lastHeardMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.lastHeardMs, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_UpstreamStatus, rhs: Beacon_V1_UpstreamStatus) -> Bool {
+    if lhs.endpoint != rhs.endpoint {return false}
+    if lhs.reachable != rhs.reachable {return false}
+    if lhs.headRevision != rhs.headRevision {return false}
+    if lhs.lastHeardMs != rhs.lastHeardMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3434,12 +3558,12 @@ nonisolated extension Beacon_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._Mes
 }
 
 nonisolated extension Beacon_V1_Error.Code: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0UNSPECIFIED\0\u{1}MALFORMED\0\u{1}UNKNOWN_REQUEST\0\u{1}INVALID_KEY\0\u{1}INVALID_VALUE\0\u{1}VALUE_TOO_LARGE\0\u{1}NOT_FOUND\0\u{1}VERSION_CONFLICT\0\u{1}ALREADY_EXISTS\0\u{1}COMPACTED\0\u{1}FUTURE_REVISION\0\u{1}TOO_MANY_OPERATIONS\0\u{1}READ_ONLY\0\u{1}INVALID_ARGUMENT\0\u{1}INTERNAL\0\u{1}PERMISSION_DENIED\0\u{1}RATE_LIMITED\0\u{1}QUOTA_EXCEEDED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0UNSPECIFIED\0\u{1}MALFORMED\0\u{1}UNKNOWN_REQUEST\0\u{1}INVALID_KEY\0\u{1}INVALID_VALUE\0\u{1}VALUE_TOO_LARGE\0\u{1}NOT_FOUND\0\u{1}VERSION_CONFLICT\0\u{1}ALREADY_EXISTS\0\u{1}COMPACTED\0\u{1}FUTURE_REVISION\0\u{1}TOO_MANY_OPERATIONS\0\u{1}READ_ONLY\0\u{1}INVALID_ARGUMENT\0\u{1}INTERNAL\0\u{1}PERMISSION_DENIED\0\u{1}RATE_LIMITED\0\u{1}QUOTA_EXCEEDED\0\u{1}UPSTREAM_UNAVAILABLE\0")
 }
 
 nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PingReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}protocol_version\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}heartbeat_interval_ms\0\u{3}daemon_version\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}protocol_version\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}heartbeat_interval_ms\0\u{3}daemon_version\0\u{1}upstream\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3454,12 +3578,17 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.compactedRevision) }()
       case 6: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
       case 7: try { try decoder.decodeSingularStringField(value: &self.daemonVersion) }()
+      case 8: try { try decoder.decodeSingularMessageField(value: &self._upstream) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if self.protocolVersion != 0 {
       try visitor.visitSingularUInt32Field(value: self.protocolVersion, fieldNumber: 1)
     }
@@ -3481,6 +3610,9 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.daemonVersion.isEmpty {
       try visitor.visitSingularStringField(value: self.daemonVersion, fieldNumber: 7)
     }
+    try { if let v = self._upstream {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3492,6 +3624,7 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.compactedRevision != rhs.compactedRevision {return false}
     if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
     if lhs.daemonVersion != rhs.daemonVersion {return false}
+    if lhs._upstream != rhs._upstream {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3728,7 +3861,7 @@ nonisolated extension Beacon_V1_EventsReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatsReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0\u{3}connections_shed\0\u{1}sessions\0\u{3}leases_refused\0\u{3}reply_bytes_kept\0\u{3}slow_readers_closed\0\u{3}publish_bytes_unsent\0\u{3}slow_subscribers_closed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{1}keys\0\u{1}tombstones\0\u{3}journal_bytes\0\u{1}writes\0\u{1}rejected\0\u{1}published\0\u{1}requests\0\u{3}tracked_prefixes\0\u{3}uptime_ms\0\u{1}commits\0\u{3}read_only\0\u{3}request_connections\0\u{3}subscriber_connections\0\u{3}writes_per_second\0\u{3}publications_per_second\0\u{3}connections_refused\0\u{3}access_denied\0\u{3}rate_limited\0\u{3}quota_exceeded\0\u{3}subscriptions_refused\0\u{1}batches\0\u{3}connections_shed\0\u{1}sessions\0\u{3}leases_refused\0\u{3}reply_bytes_kept\0\u{3}slow_readers_closed\0\u{3}publish_bytes_unsent\0\u{3}slow_subscribers_closed\0\u{1}upstream\0\u{3}writes_forwarded\0")
 
   fileprivate class _StorageClass {
     var _epoch: UInt64 = 0
@@ -3763,6 +3896,8 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
     var _slowReadersClosed: UInt64 = 0
     var _publishBytesUnsent: UInt64 = 0
     var _slowSubscribersClosed: UInt64 = 0
+    var _upstream: Beacon_V1_UpstreamStatus? = nil
+    var _writesForwarded: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3805,6 +3940,8 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       _slowReadersClosed = source._slowReadersClosed
       _publishBytesUnsent = source._publishBytesUnsent
       _slowSubscribersClosed = source._slowSubscribersClosed
+      _upstream = source._upstream
+      _writesForwarded = source._writesForwarded
     }
   }
 
@@ -3855,6 +3992,8 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         case 30: try { try decoder.decodeSingularUInt64Field(value: &_storage._slowReadersClosed) }()
         case 31: try { try decoder.decodeSingularUInt64Field(value: &_storage._publishBytesUnsent) }()
         case 32: try { try decoder.decodeSingularUInt64Field(value: &_storage._slowSubscribersClosed) }()
+        case 33: try { try decoder.decodeSingularMessageField(value: &_storage._upstream) }()
+        case 34: try { try decoder.decodeSingularUInt64Field(value: &_storage._writesForwarded) }()
         default: break
         }
       }
@@ -3863,6 +4002,10 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
       if _storage._epoch != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._epoch, fieldNumber: 1)
       }
@@ -3959,6 +4102,12 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._slowSubscribersClosed != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._slowSubscribersClosed, fieldNumber: 32)
       }
+      try { if let v = _storage._upstream {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
+      } }()
+      if _storage._writesForwarded != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._writesForwarded, fieldNumber: 34)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -4000,6 +4149,8 @@ nonisolated extension Beacon_V1_StatsReply: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._slowReadersClosed != rhs_storage._slowReadersClosed {return false}
         if _storage._publishBytesUnsent != rhs_storage._publishBytesUnsent {return false}
         if _storage._slowSubscribersClosed != rhs_storage._slowSubscribersClosed {return false}
+        if _storage._upstream != rhs_storage._upstream {return false}
+        if _storage._writesForwarded != rhs_storage._writesForwarded {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -1,0 +1,325 @@
+import BeaconJournal
+import BeaconProtocol
+import BeaconWire
+import Foundation
+
+/// A relay's state on the loop: the link to the upstream, the requests forwarded and waiting for
+/// its answer, and the answered writes waiting for the relay's own mirror to show them.
+struct RelayState {
+    let link: UpstreamLink
+    /// What the link last reported.
+    var status = UpstreamLink.Status()
+    /// Forwarded requests by token: where the answer goes, and the place it holds.
+    var forwarded: [UInt64: Forwarded] = [:]
+    var nextToken: UInt64 = 1
+    /// Writes the upstream acknowledged at a revision this relay has not journaled yet: answered
+    /// once it has (read-your-writes through the relay); their connections' later replies wait.
+    var awaitingMirror: [(revision: UInt64, ticket: HoldTicket, reply: Beacon_V1_Reply)] = []
+    /// Client write ids and sessions, as sent upstream.
+    let ids: ForwardedIDs
+    var writesForwarded: UInt64 = 0
+
+    struct Forwarded {
+        var ticket: HoldTicket
+        /// The client's request id.
+        var id: UInt64
+    }
+}
+
+extension BeaconServer {
+    /// Whether this daemon relays an upstream (`upstream` is configured).
+    var isRelay: Bool { relay != nil }
+
+    /// Opens the link to the upstream; called once the journal and sockets are open.
+    func startRelay() throws(DaemonError) {
+        guard let settings = configuration.upstream else { return }
+        guard let publish = settings.resolvedPublishEndpoint else {
+            throw DaemonError(.startup, "upstream_publish is needed for \(settings.requestEndpoint)")
+        }
+        let ids: ForwardedIDs
+        do {
+            ids = try ForwardedIDs(keyFile: configuration.stateDirectory + "/relay-ids.key")
+        } catch {
+            throw DaemonError(.startup, "cannot keep the relay's write id key in \(configuration.stateDirectory): \(error)")
+        }
+        let link: UpstreamLink
+        do {
+            let wake = self.wake
+            link = try UpstreamLink(endpoint: .init(request: settings.requestEndpoint, publish: publish, curve: settings.curve),
+                                    logger: logger) { wake.wake() }
+        } catch {
+            throw DaemonError(.startup, "cannot open the upstream link: \(error)")
+        }
+        relay = RelayState(link: link, ids: ids)
+        // What the journal holds is the upstream's through its head if the epochs match; the
+        // link finds out with its first delta, and takes a snapshot otherwise.
+        link.start(after: pipeline.journal.headRevision, epoch: pipeline.epoch)
+    }
+
+    /// Takes what the link reported: mirrored revisions and snapshots, answers, status.
+    func drainUpstream() {
+        guard let link = relay?.link else { return }
+        let events = link.takeEvents()
+        guard !events.isEmpty else { return }
+        var staged = false
+        for event in events {
+            switch event {
+            case .revisions(let epoch, let revisions):
+                staged = stageMirrored(epoch: epoch, revisions) || staged
+            case .snapshot(let epoch, let revision, let kvs):
+                replaceWithUpstream(epoch: epoch, revision: revision, kvs: kvs)
+            case .answered(let token, let reply):
+                answerForwarded(token: token, reply)
+            case .status(let status):
+                relay!.status = status
+            }
+        }
+        if staged { submitStagedIfIdle() }
+    }
+
+    /// Applies whole upstream revisions to the store and stages them for the journal, with the
+    /// upstream's revisions and versions; they are published and answered like any commit.
+    /// - Returns: whether anything was staged.
+    private func stageMirrored(epoch: UInt64, _ revisions: [[Beacon_V1_Event]]) -> Bool {
+        guard epoch == pipeline.epoch else {
+            // Never expected: the link takes a snapshot before revisions of another epoch.
+            logger.error("the upstream link released revisions of another epoch; following again", metadata: [
+                "epoch": "\(epoch)", "journal.epoch": "\(pipeline.epoch)"])
+            flushWrites()
+            relay!.link.resume(after: durableRevision, epoch: pipeline.epoch)
+            return false
+        }
+        var staged = false
+        for events in revisions {
+            guard let first = events.first, first.revision > store.headRevision else { continue }
+            let changes = events.map(Self.mirroredChange)
+            let undo = store.apply(changes)
+            pipeline.stage(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
+            staged = true
+            if pipeline.staged.count >= live.maxBatch { waitForCommitThenSubmit() }
+        }
+        return staged
+    }
+
+    private static func mirroredChange(_ event: Beacon_V1_Event) -> JournalChange {
+        let change = event.change
+        let kind: ChangeKind = switch change.kind {
+        case .put: .put
+        case .expire: .expire
+        default: .delete
+        }
+        return JournalChange(
+            revision: event.revision, part: event.part, parts: event.parts, kind: kind, key: change.key,
+            value: kind == .put ? ((try? change.value.serializedBytes()) ?? []) : [],
+            version: change.version, createRevision: change.createRevision,
+            expiresAtMilliseconds: change.expiresAtMs, timestampMilliseconds: event.timestampMs)
+    }
+
+    /// Replaces the journal and the store with the upstream's state at `revision` (first sync, a
+    /// new upstream epoch, or history the upstream compacted away). Local clients learn of it by
+    /// the next heartbeat, sent at once: a new epoch makes them resync, a head past their
+    /// position makes them ask for a delta, which is answered COMPACTED, and they resync.
+    private func replaceWithUpstream(epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue]) {
+        flushWrites()
+        let entries = kvs.map { kv in
+            JournalEntry(key: kv.key, value: (try? kv.value.serializedBytes()) ?? [], version: kv.version,
+                         createRevision: kv.createRevision, modRevision: kv.modRevision,
+                         expiresAtMilliseconds: kv.expiresAtMs, isDeleted: false, modTimeMilliseconds: kv.modTimeMs)
+        }
+        let previousEpoch = pipeline.epoch
+        do {
+            try pipeline.journal.replaceContents(epoch: epoch, revision: revision, entries: entries)
+            try loadState()
+        } catch {
+            logger.error("the upstream's snapshot could not be journaled; following again", metadata: ["error": "\(error)"])
+            relay!.link.resume(after: 0, epoch: 0)
+            return
+        }
+        writeIDs.removeAll()
+        writeIDOrder.removeAll()
+        writeIDOrderStart = 0
+        publisher.tracker.restart(at: revision)
+        answerCompactionWaiters(removed: 0)  // what a compaction under way would have removed is gone
+        logger.notice("the relay took the upstream's state", metadata: [
+            "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(entries.count)"])
+        mirrorAdvanced()
+        publishHeartbeat()
+    }
+
+    /// The relay's journal reached `durableRevision`: acknowledged writes it now shows are answered.
+    func mirrorAdvanced() {
+        guard let waiting = relay?.awaitingMirror, !waiting.isEmpty else { return }
+        var still: [(revision: UInt64, ticket: HoldTicket, reply: Beacon_V1_Reply)] = []
+        for entry in waiting {
+            if entry.revision <= durableRevision {
+                replies.fill(entry.ticket, with: entry.reply, durableRevision: durableRevision, deliver: deliver)
+            } else {
+                still.append(entry)
+            }
+        }
+        relay!.awaitingMirror = still
+    }
+
+    // MARK: Writes through the relay
+
+    /// Forwards a write or `KeepAlive` to the upstream, after this relay's own rules and limits
+    /// allow it. Its reply keeps its connection's place until the upstream answers and, for a
+    /// write, until this relay's journal holds the write's revision.
+    func forwardToUpstream(_ request: Beacon_V1_Request, route: ReplyRoute) {
+        guard var op = request.op else { return }
+        do throws(Refusal) {
+            try checkForwardable(&op)
+        } catch {
+            return refuse(request.id, error, route: route)
+        }
+        let ticket = replies.hold(route, at: store.headRevision)
+        let token = relay!.nextToken
+        relay!.nextToken += 1
+        relay!.forwarded[token] = .init(ticket: ticket, id: request.id)
+        relay!.writesForwarded += 1
+        relay!.link.forward(token: token, op)
+    }
+
+    /// Checks `op` against this relay's rules, limits and the protocol's own limits, and puts the
+    /// client's write id and session in the client's namespace, as sent upstream.
+    private func checkForwardable(_ op: inout Beacon_V1_Request.OneOf_Op) throws(Refusal) {
+        let ids = relay!.ids
+        func forwarded(_ id: Data) throws(Refusal) -> Data {
+            Data(ids.forwarded(id.isEmpty ? [] : ownedByCurrentPeer(Array(id))))
+        }
+        var writeID = Data()
+        var ops: [WriteOp] = []
+        switch op {
+        case .put(var put):
+            ops = [WriteOp(put)]
+            writeID = put.writeID
+            put.writeID = try forwarded(put.writeID)
+            put.session = try forwarded(put.session)
+            if put.session.count > WireLimits.maxSessionBytes {
+                throw Refusal(.invalidArgument, "session is \(put.session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
+            }
+            op = .put(put)
+        case .delete(var delete):
+            ops = [WriteOp(delete)]
+            writeID = delete.writeID
+            delete.writeID = try forwarded(delete.writeID)
+            op = .delete(delete)
+        case .txn(var txn):
+            for (index, item) in txn.ops.enumerated() {
+                guard let converted = WriteOp(item) else {
+                    throw Refusal(.unknownRequest, "operation \(index): sets neither put nor delete")
+                }
+                ops.append(converted)
+                if case .put(var put) = item.op, !put.session.isEmpty {
+                    put.session = try forwarded(put.session)
+                    txn.ops[index].put = put
+                }
+            }
+            writeID = txn.writeID
+            txn.writeID = try forwarded(txn.writeID)
+            op = .txn(txn)
+        case .keepAlive(var keepAlive):
+            guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
+            guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
+                throw Refusal(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
+            }
+            keepAlive.session = try forwarded(keepAlive.session)
+            op = .keepAlive(keepAlive)
+        default:
+            preconditionFailure("only writes and KeepAlive are forwarded")
+        }
+        if writeID.count > WireLimits.maxWriteIDBytes {
+            throw Refusal(.invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
+        }
+        if !ops.isEmpty {
+            try checkWriteRights(ops)
+            if ops.count > WireLimits.maxTxnOps {
+                throw Refusal(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)")
+            }
+            for (index, item) in ops.enumerated() {
+                var refusal: Refusal?
+                if let problem = KeyPath.problem(key: item.key) {
+                    refusal = Refusal(.invalidKey, problem.description, key: item.key)
+                } else if let problem = item.valueProblem {
+                    refusal = Refusal(problem.code, problem.message, key: item.key)
+                }
+                if var refusal {
+                    refusal.operationIndex = UInt32(index)
+                    throw refusal
+                }
+            }
+            try admit(ops)
+        }
+        guard let status = relay?.status, status.reachable else {
+            let heard = relay?.status.lastHeardMilliseconds ?? 0
+            let since = heard == 0 ? "has not been reached since this relay started"
+                : "was last heard from \((Journal.nowMilliseconds() &- heard) / 1000) s ago"
+            throw Refusal(.upstreamUnavailable, "this relay's upstream \(configuration.upstream?.requestEndpoint ?? "") \(since); "
+                + "reads are served from the relay's copy, writes are refused: retry later")
+        }
+    }
+
+    /// Answers a forwarded request with the upstream's reply, or — when none came in time — with
+    /// `UPSTREAM_UNAVAILABLE`, which says the write may have been applied.
+    private func answerForwarded(token: UInt64, _ upstreamReply: Beacon_V1_Reply?) {
+        guard let forwarded = relay?.forwarded.removeValue(forKey: token) else { return }
+        guard var reply = upstreamReply else {
+            counters.rejected += 1
+            var answer = Beacon_V1_Reply()
+            answer.id = forwarded.id
+            answer.error = Refusal(.upstreamUnavailable, "no answer from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: "
+                + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: durableRevision)
+            return replies.fill(forwarded.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+        }
+        reply.id = forwarded.id
+        switch reply.result {
+        case .write(let write) where write.revision > durableRevision:
+            relay!.awaitingMirror.append((write.revision, forwarded.ticket, reply))
+            return
+        case .error(var error):
+            counters.rejected += 1
+            // Never a revision this relay's clients cannot read yet.
+            error.headRevision = min(error.headRevision, durableRevision)
+            reply.error = error
+        default:
+            break
+        }
+        replies.fill(forwarded.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+    }
+
+    /// Answers every forwarded request still waiting, at shutdown.
+    func abandonForwarded() {
+        guard let relay else { return }
+        for token in relay.forwarded.keys { answerForwarded(token: token, nil) }
+        for entry in relay.awaitingMirror {
+            var answer = Beacon_V1_Reply()
+            answer.id = entry.reply.id
+            answer.error = Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(entry.revision), "
+                + "which the upstream applied; retry with the same write_id").wire(headRevision: durableRevision)
+            replies.fill(entry.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+        }
+        self.relay!.awaitingMirror.removeAll()
+    }
+
+    /// The link's state as the protocol reports it; `nil` on a primary.
+    var upstreamStatusMessage: Beacon_V1_UpstreamStatus? {
+        guard let relay else { return nil }
+        return .with {
+            $0.endpoint = relay.link.endpoint.request
+            $0.reachable = relay.status.reachable
+            $0.headRevision = relay.status.headRevision
+            $0.lastHeardMs = relay.status.lastHeardMilliseconds
+        }
+    }
+}
+
+extension BeaconServer {
+    /// What systemd's status line says of the upstream; empty on a primary.
+    var relayStatusLine: String {
+        guard let relay else { return "" }
+        let status = relay.status
+        let lag = status.headRevision > store.headRevision ? status.headRevision - store.headRevision : 0
+        return ", relay of \(relay.link.endpoint.request): "
+            + (status.reachable ? "upstream head \(status.headRevision), \(lag) behind" : "UPSTREAM UNREACHABLE, serving what it has")
+    }
+}

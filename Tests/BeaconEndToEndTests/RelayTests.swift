@@ -1,0 +1,373 @@
+import Beacon
+import BeaconProtocol
+import BeaconWire
+import BeaconZMQ
+import Foundation
+import Synchronization
+import Testing
+
+/// Daemons on loopback tcp with CURVE: a primary, relays of it, and relays of relays.
+final class RelayCluster {
+    let directory: String
+    private(set) var keys: [String: ZMQCurveKeyPair] = [:]
+
+    init() throws {
+        directory = try temporaryDirectory()
+    }
+
+    /// The key pair named `name`, made (and written to `name.key`) on first use.
+    func key(_ name: String) throws -> ZMQCurveKeyPair {
+        if let existing = keys[name] { return existing }
+        let pair = try ZMQCurveKeyPair.generate()
+        try CurveKeyFile(publicKey: pair.publicKey, secretKey: pair.secretKey).text
+            .write(toFile: "\(directory)/\(name).key", atomically: true, encoding: .utf8)
+        keys[name] = pair
+        return pair
+    }
+
+    /// Two free-looking tcp ports (request, publish).
+    static func ports() -> Int { Int.random(in: 20_000...50_000) & ~1 }
+
+    /// Starts daemon `name` with tcp endpoints at `port`, `port + 1` (CURVE key `name`), letting
+    /// this uid and the keys `clients` read and write everything; with `upstream`, as a relay of
+    /// the daemon at that port (with its own key `name`).
+    func start(_ name: String, port: Int, clients: [String] = [], upstream: (name: String, port: Int)? = nil,
+               lines extra: [String] = []) throws -> DaemonProcess {
+        var lines = [
+            "request_endpoint = tcp://127.0.0.1:\(port)", "publish_endpoint = tcp://127.0.0.1:\(port + 1)",
+            "curve_secret_key_file = \(directory)/\(name).key",
+            "allow = uid:\(getuid()) read=* write=*",
+        ]
+        _ = try key(name)
+        for client in clients { lines.append("allow = key:\(try key(client).publicKey) read=* write=*") }
+        if let upstream {
+            lines += ["upstream = tcp://127.0.0.1:\(upstream.port)", "upstream_server_key = \(try key(upstream.name).publicKey)",
+                      "upstream_key_file = \(directory)/\(name).key"]
+        }
+        let config = "\(directory)/\(name).conf"
+        try (lines + extra).joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
+        return try DaemonProcess(runtimeDirectory: "\(directory)/\(name)-run", stateDirectory: "\(directory)/\(name)-state",
+                                 extraArguments: ["--config", config])
+    }
+}
+
+/// Waits up to `seconds` for `condition`; records an issue naming `what` if it never holds.
+@discardableResult
+func eventually(_ what: String, seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        usleep(20_000)
+    }
+    if try condition() { return true }
+    Issue.record("not within \(seconds) s: \(what)")
+    return false
+}
+
+/// The daemon's error that `body` was refused with; `nil` if it succeeded or failed otherwise.
+func refusal(_ body: () throws -> Void) -> Beacon_V1_Error? {
+    do {
+        try body()
+        return nil
+    } catch {
+        return (error as? WireError)?.reply
+    }
+}
+
+/// Every live key of a daemon, as it reports them.
+func everything(_ client: WireClient) throws -> [Beacon_V1_KeyValue] {
+    guard case .list(let list) = try client.call(.list(.init()), timeoutMilliseconds: 10_000).result else { return [] }
+    return list.kvs
+}
+
+/// A relay is a daemon like any other to its clients: same epoch, revisions, versions and
+/// values as its upstream, live diffs and deltas, writes forwarded and read back through it.
+@Suite(.serialized, .enabled(if: ZMQCurveKeyPair.isSupported, "libzmq without CURVE"))
+struct RelayTests {
+    /// Waits until `relay` shows everything `primary` has, under the same epoch.
+    static func waitForMirror(_ relay: WireClient, of primary: WireClient, seconds: Double = 10) throws {
+        let head = try primary.ping()
+        try eventually("the relay reaches the primary's head \(head.headRevision)", seconds: seconds) {
+            guard let ping = try? relay.ping(timeoutMilliseconds: 1000) else { return false }
+            return ping.epoch == head.epoch && ping.headRevision >= head.headRevision
+        }
+        #expect(try everything(relay) == everything(primary))
+    }
+
+    @Test("A relay mirrors its upstream with the same numbers, serves its reads, live diffs and deltas, and forwards writes")
+    func relayMirrorsAndForwards() async throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        let primary = try cluster.start("primary", port: port, clients: ["relay"])
+        defer { primary.stop() }
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        for index in 0..<50 { _ = try root.put("a.k\(index)", .with { $0.intValue = Int64(index) }) }
+        _ = try root.transaction([.with { $0.put = .with { $0.key = "a.x"; $0.value = .with { $0.intValue = 1 } } },
+                                  .with { $0.put = .with { $0.key = "a.y"; $0.value = .with { $0.intValue = 1 } } }])
+        _ = try root.delete("a.k0")
+        _ = try root.put("b.ttl", .with { $0.stringValue = "later" }, ttlMilliseconds: 3_600_000)
+
+        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        defer { relayDaemon.stop() }
+        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        try Self.waitForMirror(relay, of: root)
+        let ping = try relay.ping()
+        #expect(ping.upstream.endpoint == "tcp://127.0.0.1:\(port)")
+        #expect(ping.upstream.reachable)
+        #expect(try root.ping().upstream == Beacon_V1_UpstreamStatus(), "a primary reports no upstream")
+        #expect(try relay.get("b.ttl").expiresAtMs == root.get("b.ttl").expiresAtMs)
+
+        // Live: a follower of the relay sees the primary's revisions, whole, with their numbers.
+        let follower = try PrefixFollower(client: relay, prefix: "a.")
+        let txn = try root.transaction([.with { $0.put = .with { $0.key = "a.x"; $0.value = .with { $0.intValue = 2 } } },
+                                        .with { $0.put = .with { $0.key = "a.y"; $0.value = .with { $0.intValue = 2 } } }])
+        var seen: [Beacon_V1_Event] = []
+        try eventually("the relay's subscriber sees the transaction") {
+            if case .revision(let events) = try follower.next(timeoutMilliseconds: 100) { seen = events }
+            return !seen.isEmpty
+        }
+        #expect(seen.map(\.revision) == [txn.revision, txn.revision])
+        #expect(seen.map(\.change.key) == ["a.x", "a.y"])
+
+        // Writes through the relay: applied once at the primary, and readable at the relay when answered.
+        let written = try relay.put("a.k1", .with { $0.intValue = 100 })
+        #expect(try relay.get("a.k1").modRevision == written.revision, "read-your-writes through the relay")
+        #expect(try root.get("a.k1").version == written.versions[0])
+        let id = Array("relay-write-1".utf8)
+        let first = try relay.transaction([.with { $0.put = .with { $0.key = "a.z"; $0.value = .with { $0.intValue = 7 } } }], writeID: id)
+        let retry = try relay.transaction([.with { $0.put = .with { $0.key = "a.z"; $0.value = .with { $0.intValue = 7 } } }], writeID: id)
+        #expect(retry.replayed && retry.revision == first.revision, "a retry with the same write id is applied once")
+        #expect(try root.get("a.z").version == 1)
+        let conflict = refusal { _ = try relay.put("a.k2", .with { $0.intValue = 0 }, ifVersion: 99) }
+        #expect(conflict?.code == .versionConflict && conflict?.currentVersion == 1, "\(String(describing: conflict))")
+
+        // Deltas above the relay's first sync are the primary's, event for event.
+        let since = try relay.stats().compactedRevision
+        try Self.waitForMirror(relay, of: root)
+        #expect(try relay.delta(prefix: "", since: since).events == root.delta(prefix: "", since: since).events)
+        let stats = try relay.stats()
+        #expect(stats.writesForwarded == 4)
+        #expect(stats.upstream.reachable && stats.upstream.headRevision >= written.revision)
+        // The operator's view: `beacon stats` names the upstream, its head and the lag.
+        let run = try await beacon(["stats", "--json"], runtimeDirectory: relayDaemon.runtimeDirectory)
+        let object = try run.json()
+        #expect(object["upstream"] as? String == "tcp://127.0.0.1:\(port)")
+        #expect(object["upstream_reachable"] as? Bool == true)
+        #expect(object["upstream_lag_revisions"] as? Int == 0)
+    }
+
+    @Test("A relay serves reads and refuses writes while its upstream is down, resumes by delta after a kill -9 of either, and resyncs to a new epoch")
+    func relaySurvivesFaults() throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        var primary = try cluster.start("primary", port: port, clients: ["relay"])
+        defer { primary.stop() }
+        var root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        for index in 0..<20 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(index) }) }
+        var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        defer { relayDaemon.stop() }
+        var relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        try Self.waitForMirror(relay, of: root)
+        let firstSync = try relay.stats().compactedRevision
+
+        // The upstream killed: reads go on, the relay says it is stale, writes are refused.
+        #expect(primary.stop(signal: SIGKILL) == SIGKILL)
+        try eventually("the relay reports its upstream unreachable") { try !relay.ping().upstream.reachable }
+        #expect(try relay.get("k3").value.intValue == 3)
+        let refused = refusal { _ = try relay.put("k1", .with { $0.intValue = -1 }) }
+        #expect(refused?.code == .upstreamUnavailable, "\(String(describing: refused))")
+        let subscriber = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        try subscriber.subscribe("k")
+        try eventually("the relay's heartbeats say it is stale") {
+            guard case .heartbeat(let heartbeat) = try subscriber.receivePublication(timeoutMilliseconds: 500) else { return false }
+            return !heartbeat.upstream.reachable
+        }
+
+        // The upstream back (same journal): the relay catches up by delta, no resync.
+        primary = try cluster.start("primary", port: port, clients: ["relay"])
+        root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        for index in 0..<10 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(100 + index) }) }
+        try Self.waitForMirror(relay, of: root)
+        #expect(try relay.ping().upstream.reachable)
+        #expect(try relay.stats().compactedRevision == firstSync, "resumed by delta: nothing replaced")
+        _ = try relay.put("k19", .with { $0.intValue = 1900 })
+
+        // The relay killed while the primary writes on: it restarts from its journal and catches up.
+        #expect(relayDaemon.stop(signal: SIGKILL) == SIGKILL)
+        for index in 10..<20 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(100 + index) }) }
+        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        try Self.waitForMirror(relay, of: root)
+        #expect(try relay.stats().compactedRevision == firstSync, "resumed by delta after its own restart")
+
+        // A new upstream journal: a new epoch, and the relay takes the new state whole.
+        let oldEpoch = try root.ping().epoch
+        primary.stop()
+        try FileManager.default.removeItem(atPath: primary.stateDirectory)
+        primary = try cluster.start("primary", port: port, clients: ["relay"])
+        root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        _ = try root.put("fresh", .with { $0.boolValue = true })
+        try Self.waitForMirror(relay, of: root)
+        #expect(try relay.ping().epoch != oldEpoch)
+        #expect(try everything(relay).map(\.key) == ["fresh"])
+    }
+
+    @Test("A relay of a relay: writes go up two hops and come back down, and every mirror equals the primary")
+    func relayOfARelay() throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        let primary = try cluster.start("primary", port: port, clients: ["near"])
+        defer { primary.stop() }
+        let near = try cluster.start("near", port: port + 2, clients: ["far"], upstream: ("primary", port))
+        defer { near.stop() }
+        let far = try cluster.start("far", port: port + 4, upstream: ("near", port + 2))
+        defer { far.stop() }
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        let nearClient = try WireClient(runtimeDirectory: near.runtimeDirectory)
+        let farClient = try WireClient(runtimeDirectory: far.runtimeDirectory)
+        for index in 0..<20 {
+            _ = try farClient.put("f\(index)", .with { $0.intValue = Int64(index) })
+            _ = try root.put("p\(index)", .with { $0.intValue = Int64(index) })
+        }
+        let written = try farClient.put("f0", .with { $0.stringValue = "two hops" })
+        #expect(try farClient.get("f0").modRevision == written.revision)
+        try Self.waitForMirror(nearClient, of: root)
+        try Self.waitForMirror(farClient, of: root)
+    }
+
+    @Test("Through two relay hops, under kill -9 of the primary and of a relay, a frozen relay and overflowing high-water marks, a mirror keeps every guarantee and all end equal to the primary")
+    func guaranteesHoldThroughTwoHopsUnderFaults() async throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        // Small publish high-water marks: under load each hop drops diffs, and each mirror repairs.
+        let small = ["publish_hwm = 20"]
+        var primary = try cluster.start("primary", port: port, clients: ["near"], lines: small)
+        defer { primary.stop() }
+        var near = try cluster.start("near", port: port + 2, clients: ["far"], upstream: ("primary", port), lines: small)
+        defer { near.stop() }
+        let far = try cluster.start("far", port: port + 4, upstream: ("near", port + 2), lines: small)
+        defer { far.stop() }
+        let probe = try ProbeProcess(runtimeDirectory: far.runtimeDirectory, prefix: "k", highWaterMark: 20, pair: ("a.x", "a.y"))
+        defer { probe.stop() }
+        #expect(try await probe.waitForState { _, connection in connection == "live" })
+
+        // At the primary: transactions setting a.x, a.y and one k key to i, each retried with its
+        // write id until acknowledged. Through the far relay: puts of w keys, the same way.
+        let stop = Atomic<Bool>(false)
+        let lastTransaction = Atomic<Int>(0)
+        let relayAcks = Mutex<[(key: String, value: Int, revision: UInt64)]>([])
+        let primaryDirectory = primary.runtimeDirectory, farDirectory = far.runtimeDirectory
+        let writers = DispatchGroup()
+        DispatchQueue.global().async(group: writers) {
+            guard let client = try? WireClient(runtimeDirectory: primaryDirectory) else { return }
+            var i = 1
+            while !stop.load(ordering: .relaxed) {
+                let ops: [Beacon_V1_TxnOp] = ["a.x", "a.y", "k\(i % 20)"].map { key in
+                    .with { $0.put = .with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } } }
+                }
+                if (try? client.transaction(ops, writeID: Array("t\(i)".utf8), timeoutMilliseconds: 500)) != nil {
+                    lastTransaction.store(i, ordering: .relaxed)
+                    i += 1
+                }
+            }
+        }
+        DispatchQueue.global().async(group: writers) {
+            guard let client = try? WireClient(runtimeDirectory: farDirectory) else { return }
+            var j = 1
+            while !stop.load(ordering: .relaxed) {
+                let key = "w\(j % 10)"
+                if let written = try? client.put(key, .with { $0.intValue = Int64(j) }, writeID: Array("w\(j)".utf8), timeoutMilliseconds: 2000) {
+                    relayAcks.withLock { $0.append((key, j, written.revision)) }
+                    j += 1
+                } else {
+                    usleep(20_000)  // refused while the relays are stale: retried with its write id
+                }
+            }
+        }
+
+        try await Task.sleep(for: .milliseconds(400))
+        kill(near.process.processIdentifier, SIGSTOP)  // a frozen relay: the far one goes stale
+        try await Task.sleep(for: .milliseconds(700))
+        kill(near.process.processIdentifier, SIGCONT)
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(near.stop(signal: SIGKILL) == SIGKILL)
+        try await Task.sleep(for: .milliseconds(200))
+        near = try cluster.start("near", port: port + 2, clients: ["far"], upstream: ("primary", port), lines: small)
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(primary.stop(signal: SIGKILL) == SIGKILL)
+        try await Task.sleep(for: .milliseconds(300))
+        primary = try cluster.start("primary", port: port, clients: ["near"], lines: small)
+        try await Task.sleep(for: .milliseconds(600))
+        stop.store(true, ordering: .relaxed)
+        writers.wait()
+
+        let total = lastTransaction.load(ordering: .relaxed)
+        #expect(total > 100, "the writer should have been acknowledged many times")
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        try Self.waitForMirror(try WireClient(runtimeDirectory: near.runtimeDirectory), of: root, seconds: 30)
+        try Self.waitForMirror(try WireClient(runtimeDirectory: far.runtimeDirectory), of: root, seconds: 30)
+
+        // Durable and applied once: every write acknowledged through two relays is at the
+        // primary, each key at its last acknowledged value, at increasing revisions.
+        let acks = relayAcks.withLock { $0 }
+        #expect(acks.count > 10, "writes through the relays should have been acknowledged")
+        #expect(zip(acks, acks.dropFirst()).allSatisfy { $0.revision < $1.revision })
+        var lastValue: [String: Int] = [:]
+        for ack in acks { lastValue[ack.key] = ack.value }
+        // The write the writer was retrying when it stopped may have been applied unacknowledged.
+        let pending = acks.count + 1
+        for (key, value) in lastValue {
+            let stored = Int(try root.get(key).value.intValue)
+            #expect(stored == value || (stored == pending && key == "w\(pending % 10)"), "\(key): \(stored), acknowledged \(value)")
+        }
+
+        // Atomic, ordered, monotonic: the effect over a.x and a.y, two hops away, never saw half
+        // a transaction nor a value go back, and ends at the last one.
+        let deadline = ContinuousClock.now + .seconds(30)
+        func runs() -> [[Int]] { probe.lines.filter { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } } }
+        while runs().last != [total, total] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let effectRuns = runs()
+        #expect(effectRuns.last == [total, total])
+        #expect(effectRuns.allSatisfy { $0[0] == $0[1] }, "an effect saw half a transaction: \(effectRuns.filter { $0[0] != $0[1] }.prefix(5))")
+        #expect(zip(effectRuns, effectRuns.dropFirst()).allSatisfy { $0[0] < $1[0] }, "values went backwards or repeated")
+
+        // Convergent and gapless: the far mirror equals the primary; its history stream is
+        // ordered and unique, and after its last resync has every change the primary journaled.
+        let expected = try daemonState(root, prefix: "k")
+        #expect(try await probe.waitForState { state, connection in state == expected && connection == "live" })
+        let history = probe.history
+        #expect(zip(history, history.dropFirst()).allSatisfy { $0.revision < $1.revision }, "history went back or repeated")
+        let resync = probe.lines.last { $0.hasPrefix("R ") }.flatMap { UInt64($0.split(separator: " ")[1]) } ?? 0
+        let journaled = try daemonHistory(root, prefix: "k").filter { $0.revision > resync }
+        let streamed = history.filter { $0.revision > resync }
+        #expect(streamed.map(\.revision) == journaled.map(\.revision), "the stream through two relays skipped or added changes")
+        #expect(try await probe.dump().repairs > 0, "the faults should have made the far mirror repair")
+    }
+
+    @Test("A Beacon client on a relay: its connection goes stale with the upstream, a write waits it out and completes once the upstream is back")
+    func aClientOnARelaySeesItStaleAndItsWriteRetried() async throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        var primary = try cluster.start("primary", port: port, clients: ["relay"])
+        defer { primary.stop() }
+        let relay = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        defer { relay.stop() }
+        let test = try TestClient(runtimeDirectory: relay.runtimeDirectory) { $0.writeTimeout = .seconds(20) }
+        defer { test.client.close() }
+        let map = try test.onQueue { try test.client.mirror(prefix: "s.", as: Int.self) }
+        _ = try await test.client.set("s.a", 1)
+        await test.wait("for the mirror") { test.client.connection.value == .live && map.value == ["s.a": 1] }
+
+        #expect(primary.stop(signal: SIGKILL) == SIGKILL)
+        await test.wait("for the client to see the relay stale") { test.client.connection.value == .stale }
+        #expect(test.onQueue { map.value } == ["s.a": 1], "the relay's last values stay")
+        let client = test.client
+        let write = Task { try await client.set("s.a", 2) }
+        try await Task.sleep(for: .milliseconds(500))
+        primary = try cluster.start("primary", port: port, clients: ["relay"])
+        let written = try await write.value
+        #expect(test.onQueue { map.value } == ["s.a": 2], "read-your-writes once the write completes")
+        await test.wait("for the connection to be live again") { test.client.connection.value == .live }
+        #expect(try WireClient(runtimeDirectory: primary.runtimeDirectory).get("s.a").modRevision == written.revision)
+    }
+}
