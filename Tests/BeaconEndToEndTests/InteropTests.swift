@@ -1,3 +1,4 @@
+import BeaconWire
 import Foundation
 import Testing
 
@@ -30,5 +31,31 @@ struct InteropTests {
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "\(text)")
         #expect(text.contains("python client: ok"))
+    }
+
+    @Test("The same Python client, unchanged, against a relay (of a primary over ipc)",
+          .enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
+    func thePythonClientWorksAgainstARelay() throws {
+        let dir = try temporaryDirectory()
+        let primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
+        defer { primary.stop() }
+        let relay = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
+                                      extraArguments: ["--upstream", "ipc://\(dir)/primary-run/beacon.req"])
+        defer { relay.stop() }
+        let wire = try WireClient(runtimeDirectory: relay.runtimeDirectory)
+        let deadline = Date().addingTimeInterval(10)
+        while (try? wire.ping().upstream.reachable) != true && Date() < deadline { usleep(20_000) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [repositoryRoot + "/Tests/interop/python_client.py", relay.runtimeDirectory, repositoryRoot + "/proto"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.runSerially()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("python client: ok"))
+        #expect(try WireClient(runtimeDirectory: primary.runtimeDirectory).get("py.b").version == 1, "the writes went to the primary")
     }
 }
