@@ -6,7 +6,7 @@ DESTDIR ?=
 RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc and Python's zmq and protobuf for the interoperability test; strace and
 # faketime for the tests of the unit's system calls and of wall-clock steps.
-APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux
+APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux iproute2
 
 .PHONY: help deps build release run test test-race soak-core soak-follower bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
 

@@ -51,6 +51,21 @@ final class RelayCluster {
     }
 }
 
+/// Aborts every tcp connection to `port` on loopback, as a dropped link would (`ss -K`, iproute2),
+/// and expects there was one at least.
+func dropConnections(toPort port: Int) throws {
+    let ss = Process()
+    ss.executableURL = URL(fileURLWithPath: "/usr/bin/ss")
+    ss.arguments = ["-K", "-H", "-t", "dst", "127.0.0.1", "dport", "=", ":\(port)"]
+    let output = Pipe()
+    ss.standardOutput = output
+    ss.standardError = FileHandle.nullDevice
+    try ss.runSerially()
+    let killed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+    ss.waitUntilExit()
+    #expect(ss.terminationStatus == 0 && !killed.isEmpty, "ss -K (iproute2) dropped no connection to \(port)")
+}
+
 /// Waits up to `seconds` for `condition`; records an issue naming `what` if it never holds.
 @discardableResult
 func eventually(_ what: String, seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
@@ -235,7 +250,7 @@ struct RelayTests {
         try Self.waitForMirror(farClient, of: root)
     }
 
-    @Test("Through two relay hops, under kill -9 of the primary and of a relay, a frozen relay and overflowing high-water marks, a mirror keeps every guarantee and all end equal to the primary")
+    @Test("Through two relay hops, under dropped links, kill -9 of the primary and of a relay, a frozen relay and overflowing high-water marks, a mirror keeps every guarantee and all end equal to the primary")
     func guaranteesHoldThroughTwoHopsUnderFaults() async throws {
         let cluster = try RelayCluster()
         let port = RelayCluster.ports()
@@ -285,7 +300,12 @@ struct RelayTests {
             }
         }
 
-        try await Task.sleep(for: .milliseconds(400))
+        try await Task.sleep(for: .milliseconds(300))
+        // Dropped links: the near relay's tcp connections to the primary are torn down under it
+        // (ss -K: the kernel aborts them); it reconnects and repairs what went by meanwhile.
+        try dropConnections(toPort: port + 1)
+        try dropConnections(toPort: port)
+        try await Task.sleep(for: .milliseconds(300))
         kill(near.process.processIdentifier, SIGSTOP)  // a frozen relay: the far one goes stale
         try await Task.sleep(for: .milliseconds(700))
         kill(near.process.processIdentifier, SIGCONT)
