@@ -3,7 +3,7 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 
-/// A relay's state on the loop: the link to the upstream, the requests forwarded and waiting for
+/// A relay's state, the loop's: the link to the upstream, the requests forwarded and waiting for
 /// its answer, and the answered writes waiting for the relay's own mirror to show them.
 struct RelayState {
     let link: UpstreamLink
@@ -42,24 +42,23 @@ extension BeaconServer {
         } catch {
             throw DaemonError(.startup, "cannot keep the relay's write id key in \(configuration.stateDirectory): \(error)")
         }
-        let link: UpstreamLink
         do {
-            let wake = self.wake
-            link = try UpstreamLink(endpoint: .init(request: settings.requestEndpoint, publish: publish, curve: settings.curve),
-                                    logger: logger) { wake.wake() }
+            // What the journal holds is the upstream's through its head if the epochs match; the
+            // link finds out with its first delta, and takes a snapshot otherwise.
+            let link = try UpstreamLink(endpoint: .init(request: settings.requestEndpoint, publish: publish, curve: settings.curve),
+                                        context: context, after: pipeline.journal.headRevision, epoch: pipeline.epoch, logger: logger)
+            relay = RelayState(link: link, ids: ids)
         } catch {
             throw DaemonError(.startup, "cannot open the upstream link: \(error)")
         }
-        relay = RelayState(link: link, ids: ids)
-        // What the journal holds is the upstream's through its head if the epochs match; the
-        // link finds out with its first delta, and takes a snapshot otherwise.
-        link.start(after: pipeline.journal.headRevision, epoch: pipeline.epoch)
     }
 
-    /// Takes what the link reported: mirrored revisions and snapshots, answers, status.
-    func drainUpstream() {
+    /// Does what the link's sockets and deadlines call for, and takes what it reported:
+    /// mirrored revisions and snapshots, answers, status.
+    func serviceUpstream() {
         guard let link = relay?.link else { return }
-        let events = link.takeEvents()
+        var events: [UpstreamEvent] = []
+        link.service(into: &events)
         guard !events.isEmpty else { return }
         var staged = false
         for event in events {
@@ -177,7 +176,7 @@ extension BeaconServer {
         relay!.nextToken += 1
         relay!.forwarded[token] = .init(ticket: ticket, id: request.id)
         relay!.writesForwarded += 1
-        relay!.link.forward(token: token, op)
+        if !relay!.link.forward(token: token, op) { answerForwarded(token: token, nil) }
     }
 
     /// Checks `op` against this relay's rules, limits and the protocol's own limits, and puts the

@@ -68,7 +68,7 @@ public final class BeaconServer: @unchecked Sendable {
     /// A relay's link to its upstream and the requests forwarded on it; nil on a primary.
     @exclusivity(unchecked) var relay: RelayState?
 
-    private var context: ZMQContext?
+    private(set) var context: ZMQContext!
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
     private var loopPlacement: ThreadPlacement?
     @exclusivity(unchecked) var router: ZMQSocket!
@@ -480,6 +480,7 @@ public final class BeaconServer: @unchecked Sendable {
             }
             // Kept replies are offered again soon: a connection reading them is not told so.
             if replyFlows.hasWaiting { timeout = min(timeout, 2) }
+            if let link = relay?.link { timeout = min(timeout, link.timeoutMilliseconds) }
             if polledGeneration != publisher.generation {
                 // First pass, or the publish socket was reopened: poll the sockets there are now.
                 poller = ZMQPoller()
@@ -487,6 +488,11 @@ public final class BeaconServer: @unchecked Sendable {
                 publisherIndex = poller.add(publisher.socket)
                 wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
                 zapIndex = poller.add(zap!)
+                if let link = relay?.link {
+                    // Whatever they bring is read every pass (serviceUpstream).
+                    _ = poller.add(link.dealer)
+                    _ = poller.add(link.subscriber)
+                }
                 monitors = Array(connections.monitors.keys)
                 monitorIndices = monitors.map { poller.add(connections.monitors[$0]!) }
                 polledGeneration = publisher.generation
@@ -498,7 +504,7 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
-            drainUpstream()
+            serviceUpstream()
             for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) {
                 drainConnections(monitor)
             }
@@ -551,8 +557,8 @@ public final class BeaconServer: @unchecked Sendable {
             applyPendingReload()
         }
         // Requests already read are answered; then everything closes in order.
-        relay?.link.stop()
         abandonForwarded()
+        relay?.link.close()
         flushWrites()
         backups.removeAll()
         connections.close()

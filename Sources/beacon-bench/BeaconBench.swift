@@ -14,7 +14,7 @@ struct BeaconBench: ParsableCommand {
         commandName: "beacon-bench",
         abstract: "Benchmarks that print figures beside the raw libzmq ceiling measured in the same run.",
         subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self, FuzzBench.self,
-                      FloodBench.self, CompactionBench.self, CrashRepliesBench.self])
+                      FloodBench.self, CompactionBench.self, CrashRepliesBench.self, RelayBench.self])
 }
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -79,8 +79,12 @@ enum RawZMQ {
 
     /// One-way latency (round trip ÷ 2) in µs, DEALER→ROUTER echo of 64 bytes, ipc.
     static func oneWayLatencies(samples: Int, directory: String) throws -> [Double] {
+        try oneWayLatencies(samples: samples, endpoint: "ipc://\(directory)/raw-rtt")
+    }
+
+    /// One-way latency (round trip ÷ 2) in µs, DEALER→ROUTER echo of 64 bytes, at `endpoint`.
+    static func oneWayLatencies(samples: Int, endpoint: String) throws -> [Double] {
         let context = try ZMQContext()
-        let endpoint = "ipc://\(directory)/raw-rtt"
         let router = try ZMQSocket(context, type: .router)
         try router.bind(endpoint)
         let stop = Atomic<Bool>(false)

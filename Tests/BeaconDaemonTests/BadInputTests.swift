@@ -109,9 +109,38 @@ struct BadInputTests {
         try configuration.apply(fileContents: enabled, path: path)
         #expect(configuration.extraRequestEndpoints == ["tcp://127.0.0.1:7401"])
         #expect(configuration.extraPublishEndpoints == ["tcp://127.0.0.1:7402"])
+        #expect(configuration.upstream == DaemonConfiguration.UpstreamSettings(
+            requestEndpoint: "tcp://10.0.0.1:7401", publishEndpoint: "tcp://10.0.0.1:7402",
+            serverKey: "/etc/beacon/upstream.pub", keyFile: "/etc/beacon/relay.key"))
         configuration.extraRequestEndpoints = []
         configuration.extraPublishEndpoints = []
+        configuration.upstream = nil
         #expect(configuration == defaults, "the example's values are the embedded defaults")
+    }
+
+    @Test func theExampleRelayConfigurationParses() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../deploy/relay.conf").standardized.path
+        var configuration = DaemonConfiguration(runtimeDirectory: "/run/beacon", stateDirectory: "/var/lib/beacon")
+        try configuration.apply(fileContents: try String(contentsOfFile: path, encoding: .utf8), path: path)
+        #expect(configuration.upstream?.requestEndpoint == "tcp://10.0.0.1:7401")
+        #expect(configuration.upstream?.resolvedPublishEndpoint == "tcp://10.0.0.1:7402")
+        #expect(configuration.access.rules.count == 1)
+    }
+
+    @Test func anUpstreamsPublishEndpointFollowsFromItsRequestEndpoint() {
+        typealias Upstream = DaemonConfiguration.UpstreamSettings
+        #expect(Upstream(requestEndpoint: "tcp://10.0.0.1:7401").resolvedPublishEndpoint == "tcp://10.0.0.1:7402")
+        #expect(Upstream(requestEndpoint: "tcp://[::1]:9000").resolvedPublishEndpoint == "tcp://[::1]:9001")
+        #expect(Upstream(requestEndpoint: "ipc:///run/beacon/beacon.req").resolvedPublishEndpoint == "ipc:///run/beacon/beacon.pub")
+        #expect(Upstream(requestEndpoint: "tcp://host").resolvedPublishEndpoint == nil)
+        var configuration = DaemonConfiguration(runtimeDirectory: "/r", stateDirectory: "/s")
+        configuration.upstream = Upstream(requestEndpoint: "tcp://10.0.0.1:7401", serverKey: "/nonexistent.pub")
+        #expect(throws: PolicyError.self, "a server key without a key file") { try configuration.validate() }
+        var fresh = DaemonConfiguration(runtimeDirectory: "/r", stateDirectory: "/s")
+        #expect(throws: DaemonConfiguration.FileError(path: "b.conf", line: 1, reason: "'upstream_key_file' needs an 'upstream = ENDPOINT' line before it")) {
+            try fresh.apply(fileContents: "upstream_key_file = /k\n", path: "b.conf")
+        }
     }
 
     @Test func configurationFileErrorsNameTheLine() throws {

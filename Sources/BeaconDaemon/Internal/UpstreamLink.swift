@@ -3,10 +3,9 @@ import BeaconWire
 import BeaconZMQ
 import Foundation
 import Logging
-import Synchronization
 
 /// What a relay's link tells the loop, in the order it happened.
-enum UpstreamEvent: @unchecked Sendable {
+enum UpstreamEvent {
     /// Whole revisions of the upstream, in order, each as its events.
     case revisions(epoch: UInt64, [[Beacon_V1_Event]])
     /// The upstream's whole state at `revision`: what the relay holds is to be replaced by it.
@@ -21,10 +20,11 @@ enum UpstreamEvent: @unchecked Sendable {
 /// protocol's subscriber rules (one `FollowerCore` in stream mode) and forwards the writes of the
 /// relay's clients.
 ///
-/// Its sockets, its own ZeroMQ context and its core belong to the thread ``start()`` spawns
-/// (`beacond-upstream`); the loop talks to it only through ``forward(token:_:)``,
-/// ``resume(after:epoch:)`` and ``takeEvents()``, and is woken by `notify` when events wait.
-final class UpstreamLink: Sendable {
+/// Part of the loop's state: its two sockets are polled by the loop with the daemon's own, and
+/// ``service(into:)`` does what they and the clock call for without ever blocking, so that an
+/// upstream revision goes from libzmq's I/O thread to the loop and out to the relay's
+/// subscribers with no other thread between them.
+final class UpstreamLink {
     /// Where the upstream is and how to reach it.
     struct Endpoint: Sendable, Equatable {
         var request: String
@@ -42,12 +42,6 @@ final class UpstreamLink: Sendable {
         var lastHeardMilliseconds: UInt64 = 0
     }
 
-    enum Command: @unchecked Sendable {
-        case forward(token: UInt64, Beacon_V1_Request.OneOf_Op)
-        /// Follow again from `revision` of `epoch` (what the relay's journal holds).
-        case resume(after: UInt64, epoch: UInt64)
-    }
-
     /// How long a forwarded request waits for the upstream's answer.
     static let forwardTimeoutMilliseconds: UInt64 = 5000
     /// How long a snapshot or delta waits before it is asked again.
@@ -55,317 +49,227 @@ final class UpstreamLink: Sendable {
 
     let endpoint: Endpoint
     private let logger: Logger
-    private let notify: @Sendable () -> Void
-    private let wake: WakePipe
-    private let inbox = Mutex<[Command]>([])
-    private let outbox = Mutex<[UpstreamEvent]>([])
-    private let stopFlag = Atomic<Bool>(false)
-    private let finished = Mutex<Bool>(false)
-    private let started = Atomic<Bool>(false)
+    /// What was last passed on as ``Status``.
+    private var reported = Status()
+    let dealer: ZMQSocket
+    let subscriber: ZMQSocket
+    private var core: FollowerCore
+    private var nextID: UInt64 = 1
+    /// The fetch sent and not yet answered, with its request id and deadline.
+    private var fetch: (id: UInt64, fetch: FollowerCore.Fetch, deadline: UInt64)?
+    /// Forwarded requests by request id: the loop's token and the deadline.
+    private var forwarded: [UInt64: (token: UInt64, deadline: UInt64)] = [:]
+    private var forwardOrder: [(id: UInt64, deadline: UInt64)] = []
+    private var lastHeard: UInt64 = 0
+    private var lastHeardWall: UInt64 = 0
+    private var upstreamHead: UInt64 = 0
+    private var upstreamEpoch: UInt64 = 0
+    private var upstreamInstance: UInt64 = 0
+    private var heartbeatInterval: UInt64 = 1000
+    private var lastRefusedRetry: UInt64 = 0
 
-    /// Creates the link; nothing connects until ``start(after:epoch:)``.
-    /// - Parameter notify: wakes the loop; called on the link's thread when events wait.
-    init(endpoint: Endpoint, logger: Logger, notify: @escaping @Sendable () -> Void) throws(ZMQError) {
+    /// Connects to the upstream (in `context`, the daemon's) and starts following: by a delta
+    /// after `revision` if the relay holds the upstream's state through it in `epoch`, else
+    /// (revision 0) by a snapshot.
+    init(endpoint: Endpoint, context: ZMQContext, after revision: UInt64, epoch: UInt64, logger: Logger) throws(ZMQError) {
         self.endpoint = endpoint
         self.logger = logger
-        self.notify = notify
-        wake = try WakePipe()
+        dealer = try ZMQSocket(context, type: .dealer, linger: 0)
+        try dealer.setSendHighWaterMark(100_000)
+        try dealer.setReceiveHighWaterMark(100_000)
+        subscriber = try ZMQSocket(context, type: .sub, linger: 0)
+        // No message is dropped on the relay's side while it keeps up; a burst past this is
+        // repaired by a delta like any gap.
+        try subscriber.setReceiveHighWaterMark(1_000_000)
+        if let curve = endpoint.curve {
+            try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
+            try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
+        }
+        try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
+        try subscriber.subscribe([])
+        try dealer.connect(endpoint.request)
+        try subscriber.connect(endpoint.publish)
+        core = FollowerCore(mode: .stream, epoch: epoch)
+        Self.follow(&core, after: revision, epoch: epoch)
+        logger.info("following the upstream", metadata: [
+            "upstream": "\(endpoint.request)", "resume.after": "\(revision)", "curve": "\(endpoint.curve != nil)"])
     }
 
-    /// Starts following: by a delta after `revision` if the relay holds the upstream's state
-    /// through it in `epoch`, else (revision 0) by a snapshot.
-    func start(after revision: UInt64, epoch: UInt64) {
-        let thread = Thread { [self] in run(after: revision, epoch: epoch) }
-        thread.name = "beacond-upstream"
-        started.store(true, ordering: .sequentiallyConsistent)
-        thread.start()
+    private static func follow(_ core: inout FollowerCore, after revision: UInt64, epoch: UInt64) {
+        if revision > 0 {
+            core.follow("", resumingAfter: revision, epoch: epoch)
+        } else {
+            core.follow("")
+        }
     }
 
-    /// Stops the thread and closes its sockets; returns once they are closed.
-    func stop() {
-        stopFlag.store(true, ordering: .sequentiallyConsistent)
-        wake.wake()
-        while started.load(ordering: .sequentiallyConsistent) && !finished.withLock({ $0 }) { usleep(1000) }
+    func close() {
+        dealer.close()
+        subscriber.close()
     }
 
-    /// Sends `op` to the upstream; its answer comes back as `.answered(token:_:)`.
-    func forward(token: UInt64, _ op: Beacon_V1_Request.OneOf_Op) {
-        inbox.withLock { $0.append(.forward(token: token, op)) }
-        wake.wake()
+    private static func now() -> UInt64 { MonotonicTime.now().milliseconds }
+
+    /// How long the loop may wait before ``service(into:)`` has something to do by the clock.
+    var timeoutMilliseconds: Int {
+        let now = Self.now()
+        var deadline = now + 250  // reachability is looked at this often at least
+        if let fetch { deadline = min(deadline, fetch.deadline) }
+        if let first = forwardOrder.first { deadline = min(deadline, first.deadline) }
+        return Int(deadline > now ? deadline - now : 0)
+    }
+
+    /// Reads what the upstream sent, gives up on what waited too long, sends the fetches the
+    /// core needs, and appends what happened: released revisions and snapshots, answers, status.
+    func service(into events: inout [UpstreamEvent]) {
+        drainPublications()
+        drainReplies(into: &events)
+        expire(into: &events)
+        sendFetches()
+        takeReleased(into: &events)
+        let status = Status(reachable: lastHeard > 0 && Self.now() - lastHeard <= 3 * heartbeatInterval + 500,
+                            headRevision: upstreamHead, lastHeardMilliseconds: lastHeardWall)
+        // The time last heard is passed on a few times a second, not with every message.
+        if status.reachable != reported.reachable || status.headRevision != reported.headRevision
+            || status.lastHeardMilliseconds >= reported.lastHeardMilliseconds + 250 {
+            if status.reachable != reported.reachable {
+                logger.notice(status.reachable ? "the upstream is reachable" : "the upstream is not heard from: serving what the relay has, refusing writes",
+                              metadata: ["upstream": "\(endpoint.request)", "upstream.head": "\(status.headRevision)"])
+            }
+            reported = status
+            events.append(.status(status))
+        }
+    }
+
+    private func heard() {
+        lastHeard = Self.now()
+        lastHeardWall = UInt64(Date().timeIntervalSince1970 * 1000)
+    }
+
+    /// Sends `op` to the upstream; its answer comes back from ``service(into:)`` as
+    /// `.answered(token:_:)`. Returns false when it cannot even be queued.
+    func forward(token: UInt64, _ op: Beacon_V1_Request.OneOf_Op) -> Bool {
+        var request = Beacon_V1_Request()
+        request.id = nextID
+        nextID += 1
+        request.op = op
+        let deadline = Self.now() + Self.forwardTimeoutMilliseconds
+        guard let body: [UInt8] = try? request.serializedBytes(),
+              (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else { return false }
+        forwarded[request.id] = (token, deadline)
+        forwardOrder.append((request.id, deadline))
+        return true
     }
 
     /// Follows again after `revision` of `epoch`: the relay could not journal what it was given.
     func resume(after revision: UInt64, epoch: UInt64) {
-        inbox.withLock { $0.append(.resume(after: revision, epoch: epoch)) }
-        wake.wake()
+        core = FollowerCore(mode: .stream, epoch: epoch)
+        Self.follow(&core, after: revision, epoch: epoch)
+        fetch = nil
     }
 
-    /// What happened since the last call, in order.
-    func takeEvents() -> [UpstreamEvent] {
-        outbox.withLock { events in
-            defer { events.removeAll() }
-            return events
-        }
-    }
-
-    // MARK: The link's thread
-
-    private func run(after revision: UInt64, epoch: UInt64) {
-        defer { finished.withLock { $0 = true } }
-        let follower: Follower
-        do {
-            follower = try Follower(endpoint: endpoint, after: revision, epoch: epoch)
-        } catch {
-            logger.critical("the upstream link cannot open its sockets; the relay serves what it has", metadata: [
-                "upstream": "\(endpoint.request)", "error": "\(error)"])
-            return
-        }
-        logger.info("following the upstream", metadata: [
-            "upstream": "\(endpoint.request)", "resume.after": "\(revision)", "curve": "\(endpoint.curve != nil)"])
-        let poller = ZMQPoller()
-        let dealerIndex = poller.add(follower.dealer)
-        let subscriberIndex = poller.add(follower.subscriber)
-        let wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
-        var reported = Status()
-        var events: [UpstreamEvent] = []
-        while !stopFlag.load(ordering: .relaxed) {
-            do {
-                try poller.poll(timeoutMilliseconds: follower.pollTimeout())
-            } catch {
-                logger.error("the upstream link's poll failed", metadata: ["error": "\(error)"])
-                usleep(100_000)
+    private func drainPublications() {
+        // Bounded, so that requests and the loop's other work interleave with a long burst.
+        for _ in 0..<10_000 {
+            guard let frames = try? subscriber.receiveMessage(flags: .dontWait) else { return }
+            heard()
+            guard let publication = try? WireClient.decodePublication(frames) else {
+                logger.warning("a publication from the upstream does not decode; it is repaired like a lost one")
                 continue
             }
-            if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
-            for command in inbox.withLock({ commands in defer { commands.removeAll() }; return commands }) {
-                follower.handle(command, into: &events)
-            }
-            if poller.readyEvents(subscriberIndex).contains(.readable) { follower.drainPublications(logger: logger) }
-            if poller.readyEvents(dealerIndex).contains(.readable) { follower.drainReplies(into: &events, logger: logger) }
-            follower.expire(into: &events, logger: logger)
-            follower.sendFetches(logger: logger)
-            follower.takeReleased(into: &events)
-            let status = follower.status()
-            // The time last heard is passed on a few times a second, not with every message.
-            if status.reachable != reported.reachable || status.headRevision != reported.headRevision
-                || status.lastHeardMilliseconds >= reported.lastHeardMilliseconds + 250 {
-                if status.reachable != reported.reachable {
-                    logger.notice(status.reachable ? "the upstream is reachable" : "the upstream is not heard from: serving what the relay has, refusing writes",
-                                  metadata: ["upstream": "\(endpoint.request)", "upstream.head": "\(status.headRevision)"])
+            switch publication {
+            case .diff(let diff) where diff.epoch == upstreamEpoch:
+                upstreamHead = max(upstreamHead, diff.event.revision)
+            case .commit(let marker) where marker.epoch == upstreamEpoch:
+                upstreamHead = max(upstreamHead, marker.revision)
+            case .heartbeat(let heartbeat):
+                // A heartbeat queued before later diffs never moves the head back.
+                upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, heartbeat.headRevision) : heartbeat.headRevision
+                upstreamEpoch = heartbeat.epoch
+                heartbeatInterval = UInt64(max(heartbeat.intervalMs, 10))
+                if heartbeat.instance != upstreamInstance {
+                    // The upstream restarted: a fetch sent to the old one is not answered.
+                    if upstreamInstance != 0, let pending = fetch {
+                        core.complete(pending.fetch, with: nil)
+                        fetch = nil
+                    }
+                    upstreamInstance = heartbeat.instance
                 }
-                reported = status
-                events.append(.status(status))
+            default:
+                break
             }
-            if !events.isEmpty {
-                outbox.withLock { $0.append(contentsOf: events) }
-                events.removeAll(keepingCapacity: true)
-                notify()
-            }
+            core.receive(publication)
         }
-        follower.close()
     }
 
-    /// The state of the link's thread: its sockets, the follower core, the fetch and the
-    /// forwarded requests waiting for answers.
-    private final class Follower {
-        let context: ZMQContext
-        let dealer: ZMQSocket
-        let subscriber: ZMQSocket
-        private var core: FollowerCore
-        private var nextID: UInt64 = 1
-        /// The fetch sent and not yet answered, with its request id and deadline.
-        private var fetch: (id: UInt64, fetch: FollowerCore.Fetch, deadline: UInt64)?
-        /// Forwarded requests by request id: the loop's token and the deadline.
-        private var forwarded: [UInt64: (token: UInt64, deadline: UInt64)] = [:]
-        private var forwardOrder: [(id: UInt64, deadline: UInt64)] = []
-        private var lastHeard: UInt64 = 0
-        private var lastHeardWall: UInt64 = 0
-        private var upstreamHead: UInt64 = 0
-        private var upstreamEpoch: UInt64 = 0
-        private var upstreamInstance: UInt64 = 0
-        private var heartbeatInterval: UInt64 = 1000
-        private var lastRefusedRetry: UInt64 = 0
-
-        init(endpoint: Endpoint, after revision: UInt64, epoch: UInt64) throws(ZMQError) {
-            context = try ZMQContext()
-            dealer = try ZMQSocket(context, type: .dealer, linger: 0)
-            try dealer.setSendHighWaterMark(100_000)
-            try dealer.setReceiveHighWaterMark(100_000)
-            subscriber = try ZMQSocket(context, type: .sub, linger: 0)
-            // No message is dropped on the relay's side while it keeps up; a burst past this is
-            // repaired by a delta like any gap.
-            try subscriber.setReceiveHighWaterMark(1_000_000)
-            if let curve = endpoint.curve {
-                try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
-                try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
-            }
-            try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
-            try subscriber.subscribe([])
-            try dealer.connect(endpoint.request)
-            try subscriber.connect(endpoint.publish)
-            core = FollowerCore(mode: .stream, epoch: epoch)
-            Self.follow(&core, after: revision, epoch: epoch)
-        }
-
-        private static func follow(_ core: inout FollowerCore, after revision: UInt64, epoch: UInt64) {
-            if revision > 0 {
-                core.follow("", resumingAfter: revision, epoch: epoch)
-            } else {
-                core.follow("")
-            }
-        }
-
-        func close() {
-            dealer.close()
-            subscriber.close()
-        }
-
-        private static func now() -> UInt64 { MonotonicTime.now().milliseconds }
-
-        func pollTimeout() -> Int {
-            let now = Self.now()
-            var deadline = now + 250  // reachability is looked at this often at least
-            if let fetch { deadline = min(deadline, fetch.deadline) }
-            if let first = forwardOrder.first { deadline = min(deadline, first.deadline) }
-            return Int(deadline > now ? deadline - now : 0)
-        }
-
-        func status() -> Status {
-            let staleAfter = 3 * heartbeatInterval + 500
-            return Status(reachable: lastHeard > 0 && Self.now() - lastHeard <= staleAfter,
-                          headRevision: upstreamHead, lastHeardMilliseconds: lastHeardWall)
-        }
-
-        private func heard() {
-            lastHeard = Self.now()
-            lastHeardWall = UInt64(Date().timeIntervalSince1970 * 1000)
-        }
-
-        func handle(_ command: Command, into events: inout [UpstreamEvent]) {
-            switch command {
-            case .forward(let token, let op):
-                var request = Beacon_V1_Request()
-                request.id = nextID
-                nextID += 1
-                request.op = op
-                let deadline = Self.now() + UpstreamLink.forwardTimeoutMilliseconds
-                guard let body: [UInt8] = try? request.serializedBytes(),
-                      (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else {
-                    events.append(.answered(token: token, nil))
-                    return
-                }
-                forwarded[request.id] = (token, deadline)
-                forwardOrder.append((request.id, deadline))
-            case .resume(let revision, let epoch):
-                core = FollowerCore(mode: .stream, epoch: epoch)
-                Self.follow(&core, after: revision, epoch: epoch)
+    private func drainReplies(into events: inout [UpstreamEvent]) {
+        while let frames = try? dealer.receiveMessage(flags: .dontWait) {
+            heard()
+            guard let body = frames.last, let reply = try? Beacon_V1_Reply(serializedBytes: body.bytes) else { continue }
+            if let pending = fetch, pending.id == reply.id {
                 fetch = nil
-            }
-        }
-
-        func drainPublications(logger: Logger) {
-            while let frames = try? subscriber.receiveMessage(flags: .dontWait) {
-                heard()
-                guard let publication = try? WireClient.decodePublication(frames) else {
-                    logger.warning("a publication from the upstream does not decode; it is repaired like a lost one")
-                    continue
-                }
-                switch publication {
-                case .diff(let diff) where diff.epoch == upstreamEpoch:
-                    upstreamHead = max(upstreamHead, diff.event.revision)
-                case .commit(let marker) where marker.epoch == upstreamEpoch:
-                    upstreamHead = max(upstreamHead, marker.revision)
+                switch reply.result {
+                case .snapshot(let snapshot) where snapshot.epoch == upstreamEpoch:
+                    upstreamHead = max(upstreamHead, snapshot.revision)
+                case .events(let page) where page.epoch == upstreamEpoch:
+                    upstreamHead = max(upstreamHead, page.revision)
+                case .error(let error) where error.code != .compacted && error.code != .futureRevision:
+                    // The core leaves a refused prefix alone; it is asked again every few seconds.
+                    logger.error("the upstream refused to let this relay follow it (its key needs read=* there)", metadata: [
+                        "code": "\(error.code)", "message": "\(error.message)"])
                 default:
                     break
                 }
-                if case .heartbeat(let heartbeat) = publication {
-                    // A heartbeat queued before later diffs never moves the head back.
-                    upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, heartbeat.headRevision) : heartbeat.headRevision
-                    upstreamEpoch = heartbeat.epoch
-                    heartbeatInterval = UInt64(max(heartbeat.intervalMs, 10))
-                    if heartbeat.instance != upstreamInstance {
-                        // The upstream restarted: a fetch sent to the old one is not answered.
-                        if upstreamInstance != 0, let pending = fetch {
-                            core.complete(pending.fetch, with: nil)
-                            fetch = nil
-                        }
-                        upstreamInstance = heartbeat.instance
-                    }
-                }
-                core.receive(publication)
+                core.complete(pending.fetch, with: reply)
+            } else if let forward = forwarded.removeValue(forKey: reply.id) {
+                if case .write(let write) = reply.result { upstreamHead = max(upstreamHead, write.revision) }
+                events.append(.answered(token: forward.token, reply))
             }
         }
+    }
 
-        func drainReplies(into events: inout [UpstreamEvent], logger: Logger) {
-            while let frames = try? dealer.receiveMessage(flags: .dontWait) {
-                heard()
-                guard let body = frames.last, let reply = try? Beacon_V1_Reply(serializedBytes: body.bytes) else { continue }
-                if let pending = fetch, pending.id == reply.id {
-                    fetch = nil
-                    if case .error(let error) = reply.result, error.code != .compacted, error.code != .futureRevision {
-                        // The core leaves a refused prefix alone and asks again every few seconds.
-                        logger.error("the upstream refused to let this relay follow it (its key needs read=* there)", metadata: [
-                            "code": "\(error.code)", "message": "\(error.message)"])
-                    }
-                    switch reply.result {
-                    case .snapshot(let snapshot) where snapshot.epoch == upstreamEpoch: upstreamHead = max(upstreamHead, snapshot.revision)
-                    case .events(let page) where page.epoch == upstreamEpoch: upstreamHead = max(upstreamHead, page.revision)
-                    default: break
-                    }
-                    core.complete(pending.fetch, with: reply)
-                } else if let forward = forwarded.removeValue(forKey: reply.id) {
-                    if case .write(let write) = reply.result { upstreamHead = max(upstreamHead, write.revision) }
-                    events.append(.answered(token: forward.token, reply))
-                }
-            }
+    /// Answers forwarded requests that waited too long, and gives up on a fetch that did.
+    private func expire(into events: inout [UpstreamEvent]) {
+        let now = Self.now()
+        while let first = forwardOrder.first, first.deadline <= now {
+            forwardOrder.removeFirst()
+            if let forward = forwarded.removeValue(forKey: first.id) { events.append(.answered(token: forward.token, nil)) }
         }
-
-        /// Answers forwarded requests that waited too long, and gives up on a fetch that did.
-        func expire(into events: inout [UpstreamEvent], logger: Logger) {
-            let now = Self.now()
-            while let first = forwardOrder.first, first.deadline <= now {
-                forwardOrder.removeFirst()
-                if let forward = forwarded.removeValue(forKey: first.id) { events.append(.answered(token: forward.token, nil)) }
-            }
-            if forwardOrder.count > 2 * max(forwarded.count, 1024) {
-                forwardOrder.removeAll { forwarded[$0.id] == nil }
-            }
-            if let pending = fetch, pending.deadline <= now {
-                logger.notice("the upstream did not answer a fetch in time; asking again", metadata: ["fetch": "\(pending.fetch.kind)"])
-                core.complete(pending.fetch, with: nil)
-                fetch = nil
-            }
-            if now - lastRefusedRetry >= 5000 {
-                lastRefusedRetry = now
-                core.retryRefused()  // the upstream's rules may have changed
-            }
+        if let pending = fetch, pending.deadline <= now {
+            logger.notice("the upstream did not answer a fetch in time; asking again", metadata: ["fetch": "\(pending.fetch.kind)"])
+            core.complete(pending.fetch, with: nil)
+            fetch = nil
         }
-
-        func sendFetches(logger: Logger) {
-            guard fetch == nil, let next = core.nextFetch() else { return }
-            var request = Beacon_V1_Request()
-            request.id = nextID
-            nextID += 1
-            request.op = next.request
-            guard let body: [UInt8] = try? request.serializedBytes(),
-                  (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else {
-                core.complete(next, with: nil)
-                return
-            }
-            fetch = (request.id, next, Self.now() + UpstreamLink.fetchTimeoutMilliseconds)
+        if now - lastRefusedRetry >= 5000 {
+            lastRefusedRetry = now
+            core.retryRefused()  // the upstream's rules may have changed
         }
+    }
 
-        func takeReleased(into events: inout [UpstreamEvent]) {
-            while let release = core.takeRelease() {
-                for step in release.steps {
-                    switch step {
-                    case .revisions(let epoch, let stream):
-                        events.append(.revisions(epoch: epoch, PrefixSequencer.revisions(in: stream)))
-                    case .snapshot(_, let epoch, let revision, let kvs):
-                        events.append(.snapshot(epoch: epoch, revision: revision, kvs: kvs))
-                    case .resumed:
-                        break
-                    }
+    private func sendFetches() {
+        guard fetch == nil, let next = core.nextFetch() else { return }
+        var request = Beacon_V1_Request()
+        request.id = nextID
+        nextID += 1
+        request.op = next.request
+        guard let body: [UInt8] = try? request.serializedBytes(),
+              (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else {
+            core.complete(next, with: nil)
+            return
+        }
+        fetch = (request.id, next, Self.now() + Self.fetchTimeoutMilliseconds)
+    }
+
+    private func takeReleased(into events: inout [UpstreamEvent]) {
+        while let release = core.takeRelease() {
+            for step in release.steps {
+                switch step {
+                case .revisions(let epoch, let stream):
+                    events.append(.revisions(epoch: epoch, PrefixSequencer.revisions(in: stream)))
+                case .snapshot(_, let epoch, let revision, let kvs):
+                    events.append(.snapshot(epoch: epoch, revision: revision, kvs: kvs))
+                case .resumed:
+                    break
                 }
             }
         }
