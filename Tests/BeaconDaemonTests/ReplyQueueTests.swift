@@ -83,6 +83,22 @@ struct ReplyQueueTests {
         #expect(queue.count == 0)
     }
 
+    @Test func twoHeldPlacesOnOneConnectionReleaseInRequestOrder() {
+        // A relay holds a place for every forwarded write: a connection pipelining writes and
+        // reads has many at once, filled in order.
+        var queue = ReplyQueue()
+        let wire = Wire()
+        let first = queue.hold(Self.route("a"), at: 3)
+        queue.enqueue(.ping(2), to: Self.route("a"), decidedAt: 3, durableRevision: 3, deliver: wire.deliver)
+        let second = queue.hold(Self.route("a"), at: 3)
+        queue.enqueue(.ping(4), to: Self.route("a"), decidedAt: 3, durableRevision: 3, deliver: wire.deliver)
+        queue.fill(first, with: .with { $0.id = 1 }, durableRevision: 3, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [1, 2], "the first place and what waited behind it, not behind the second")
+        queue.fill(second, with: .with { $0.id = 3 }, durableRevision: 3, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [1, 2, 3, 4])
+        #expect(queue.count == 0)
+    }
+
     @Test func anotherConnectionsDurableReplyLeavesAtOnceWhileAPlaceIsHeld() {
         var queue = ReplyQueue()
         let wire = Wire()
