@@ -12,14 +12,38 @@ struct RelayState {
     /// Forwarded requests by token: where the answer goes, and the place it holds.
     var forwarded: [UInt64: Forwarded] = [:]
     var nextToken: UInt64 = 1
-    /// Writes the upstream acknowledged at a revision this relay has not journaled yet: answered
-    /// once it has (read-your-writes through the relay); their connections' later replies wait.
-    var awaitingMirror: [(revision: UInt64, ticket: HoldTicket, reply: Beacon_V1_Reply)] = []
+    /// Writes the upstream acknowledged at a revision (of its epoch) this relay has not journaled
+    /// yet, in revision order: answered once it has (read-your-writes through the relay); their
+    /// connections' later replies wait.
+    var awaitingMirror: [AwaitingMirror] = []
     /// Client write ids and sessions, as sent upstream.
     let ids: ForwardedIDs
     var writesForwarded: UInt64 = 0
+    /// Per connection, the forwarded requests not yet answered (and, for writes, shown here).
+    var unanswered: [[UInt8]: Int] = [:]
+    /// Per connection, requests that came after a forwarded one and are decided only once it is
+    /// answered: a read sent after a write sees it, and nothing sent later is applied before.
+    var deferred: [[UInt8]: [Deferred]] = [:]
+    /// Connections whose forwarded requests were all answered, with requests deferred.
+    var replayDue: Set<[UInt8]> = []
+
+    struct Deferred {
+        var request: Beacon_V1_Request
+        var route: ReplyRoute
+        var inBatch: Bool
+        var context: RequestContext
+    }
+
+    struct AwaitingMirror {
+        var connection: [UInt8]
+        var epoch: UInt64
+        var revision: UInt64
+        var ticket: HoldTicket
+        var reply: Beacon_V1_Reply
+    }
 
     struct Forwarded {
+        var connection: [UInt8]
         var ticket: HoldTicket
         /// The client's request id.
         var id: UInt64
@@ -71,6 +95,7 @@ extension BeaconServer {
                 answerForwarded(token: token, reply)
             case .status(let status):
                 relay!.status = status
+                mirrorAdvanced()  // the upstream's epoch may be known now
             }
         }
         if staged { submitStagedIfIdle() }
@@ -145,18 +170,67 @@ extension BeaconServer {
         publishHeartbeat()
     }
 
-    /// The relay's journal reached `durableRevision`: acknowledged writes it now shows are answered.
+    /// The relay's journal reached `durableRevision`, or the upstream's epoch changed:
+    /// acknowledged writes it now shows are answered. Only while the relay holds the upstream's
+    /// current epoch: then a write acknowledged in an earlier one is gone with that journal, and
+    /// one of this epoch is shown once its revision is durable here.
     func mirrorAdvanced() {
-        guard let waiting = relay?.awaitingMirror, !waiting.isEmpty else { return }
-        var still: [(revision: UInt64, ticket: HoldTicket, reply: Beacon_V1_Reply)] = []
-        for entry in waiting {
-            if entry.revision <= durableRevision {
-                replies.fill(entry.ticket, with: entry.reply, durableRevision: durableRevision, deliver: deliver)
-            } else {
-                still.append(entry)
+        guard let state = relay, !state.awaitingMirror.isEmpty else { return }
+        let epoch = pipeline.epoch
+        guard state.link.upstreamEpoch == epoch else { return }
+        let shown = state.awaitingMirror.prefix { $0.epoch != epoch || $0.revision <= durableRevision }
+        guard !shown.isEmpty else { return }
+        relay!.awaitingMirror.removeFirst(shown.count)
+        for entry in shown {
+            replies.fill(entry.ticket, with: entry.reply, durableRevision: durableRevision, deliver: deliver)
+            forwardedAnswered(entry.connection)
+        }
+    }
+
+    /// One forwarded request of `connection` was answered; its deferred requests are decided
+    /// once none is left (``replayDeferred()``, at the end of the loop's pass: not in the middle
+    /// of handling another peer's request).
+    private func forwardedAnswered(_ connection: [UInt8]) {
+        guard let left = relay!.unanswered[connection] else { return }
+        if left > 1 {
+            relay!.unanswered[connection] = left - 1
+            return
+        }
+        relay!.unanswered[connection] = nil
+        if relay!.deferred[connection] != nil { relay!.replayDue.insert(connection) }
+    }
+
+    /// Whether `request` must wait behind `route`'s connection's forwarded requests: anything
+    /// but another forwarded write while some are unanswered, and everything behind what waits.
+    func deferIfBehindForwarded(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool) -> Bool {
+        let connection = route.connection
+        let unanswered = relay!.unanswered[connection] ?? 0
+        let waiting = !replaying && relay!.deferred[connection] != nil
+        guard unanswered > 0 || waiting else { return false }
+        if !waiting && Self.isForwarded(request) { return false }  // writes pipeline behind writes
+        relay!.deferred[connection, default: []].append(.init(request: request, route: route, inBatch: inBatch, context: current))
+        return true
+    }
+
+    static func isForwarded(_ request: Beacon_V1_Request) -> Bool {
+        switch request.op {
+        case .put, .delete, .txn, .keepAlive: true
+        default: false
+        }
+    }
+
+    /// Decides the deferred requests of the connections whose forwarded requests were all
+    /// answered, in order, until one of them must wait again.
+    func replayDeferred() {
+        while let connection = relay?.replayDue.popFirst() {
+            while let next = relay!.deferred[connection]?.first {
+                if (relay!.unanswered[connection] ?? 0) > 0 && !Self.isForwarded(next.request) { break }
+                relay!.deferred[connection]!.removeFirst()
+                if relay!.deferred[connection]!.isEmpty { relay!.deferred[connection] = nil }
+                current = next.context
+                handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true)
             }
         }
-        relay!.awaitingMirror = still
     }
 
     // MARK: Writes through the relay
@@ -171,10 +245,12 @@ extension BeaconServer {
         } catch {
             return refuse(request.id, error, route: route)
         }
+        let connection = route.connection
         let ticket = replies.hold(route, at: store.headRevision)
         let token = relay!.nextToken
         relay!.nextToken += 1
-        relay!.forwarded[token] = .init(ticket: ticket, id: request.id)
+        relay!.forwarded[token] = .init(connection: connection, ticket: ticket, id: request.id)
+        relay!.unanswered[connection, default: 0] += 1
         relay!.writesForwarded += 1
         if !relay!.link.forward(token: token, op) { answerForwarded(token: token, nil) }
     }
@@ -268,12 +344,19 @@ extension BeaconServer {
             answer.id = forwarded.id
             answer.error = Refusal(.upstreamUnavailable, "no answer from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: "
                 + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: durableRevision)
-            return replies.fill(forwarded.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+            replies.fill(forwarded.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+            return forwardedAnswered(forwarded.connection)
         }
         reply.id = forwarded.id
         switch reply.result {
-        case .write(let write) where write.revision > durableRevision:
-            relay!.awaitingMirror.append((write.revision, forwarded.ticket, reply))
+        case .write(let write) where write.revision > durableRevision || relay!.link.upstreamEpoch != pipeline.epoch:
+            // In revision order (the upstream answers one connection in order; a refusal between
+            // two writes is answered at once).
+            let entry = RelayState.AwaitingMirror(connection: forwarded.connection, epoch: relay!.link.upstreamEpoch,
+                                                  revision: write.revision, ticket: forwarded.ticket, reply: reply)
+            let place = relay!.awaitingMirror.lastIndex { $0.epoch != entry.epoch || $0.revision <= entry.revision }.map { $0 + 1 } ?? 0
+            relay!.awaitingMirror.insert(entry, at: place)
+            mirrorAdvanced()
             return
         case .error(var error):
             counters.rejected += 1
@@ -284,6 +367,7 @@ extension BeaconServer {
             break
         }
         replies.fill(forwarded.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+        forwardedAnswered(forwarded.connection)
     }
 
     /// Answers every forwarded request still waiting, at shutdown.
@@ -296,8 +380,10 @@ extension BeaconServer {
             answer.error = Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(entry.revision), "
                 + "which the upstream applied; retry with the same write_id").wire(headRevision: durableRevision)
             replies.fill(entry.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+            forwardedAnswered(entry.connection)
         }
         self.relay!.awaitingMirror.removeAll()
+        replayDeferred()
     }
 
     /// The link's state as the protocol reports it; `nil` on a primary.

@@ -51,10 +51,15 @@ extension BeaconServer {
         return handle(request, route: route, inBatch: inBatch)
     }
 
-    /// Handles one decoded request.
+    /// Handles one decoded request (`replaying`: a relay's, deferred until the connection's
+    /// forwarded requests were answered).
     /// - Returns: how many requests it carried.
     @discardableResult
-    private func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool) -> Int {
+    func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool = false) -> Int {
+        if relay != nil, request.op.map({ if case .batch = $0 { false } else { true } }) ?? true,
+           deferIfBehindForwarded(request, route: route, inBatch: inBatch, replaying: replaying) {
+            return 1
+        }
         switch request.op {
         case .put, .delete, .txn:
             if relay != nil { forwardToUpstream(request, route: route) } else { stageWrite(request, route: route) }

@@ -553,6 +553,7 @@ public final class BeaconServer: @unchecked Sendable {
             if staging { submitStagedIfIdle() }
             if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
             if backupStepWait(busy: servedRequests) == 0 { backupStep() }
+            if relay != nil { replayDeferred() }
             if replyFlows.hasWaiting { flushKeptReplies() }
             applyPendingReload()
         }

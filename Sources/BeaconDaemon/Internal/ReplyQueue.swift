@@ -86,7 +86,8 @@ struct ReplyQueue {
             holding[connection] = nil
             // The first entry is the oldest held place; what follows a later one stays held.
             let ready = waiting.firstIndex { if case .held = $0.reply { true } else { false } } ?? waiting.endIndex
-            if ready < waiting.endIndex { holding[connection] = Array(waiting[ready...]) }
+            // What is ready leaves (or queues) first, while the connection holds no place: put
+            // behind a later held place, it would wait for that one.
             for entry in waiting[..<ready] {
                 if mayLeaveAtOnce(to: entry.route, decidedAt: entry.revision, durableRevision: durableRevision) {
                     deliver(entry.route, entry.reply)
@@ -94,6 +95,7 @@ struct ReplyQueue {
                     enqueue(entry.reply, to: entry.route, decidedAt: entry.revision)
                 }
             }
+            if ready < waiting.endIndex { holding[connection] = Array(waiting[ready...]) }
             return
         }
     }

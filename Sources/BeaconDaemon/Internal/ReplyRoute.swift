@@ -6,6 +6,14 @@ import BeaconZMQ
 enum ReplyRoute {
     case peer([ZMQMessage])
     case batch(BatchReplies, slot: Int)
+
+    /// The routing id of the connection the reply goes to.
+    var connection: [UInt8] {
+        switch self {
+        case .peer(let envelope): envelope.first?.bytes ?? []
+        case .batch(let replies, _): replies.envelope.first?.bytes ?? []
+        }
+    }
 }
 
 /// The replies to the requests of one `Batch`, gathered until every request has its own. They

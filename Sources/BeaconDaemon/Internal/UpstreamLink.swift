@@ -63,7 +63,8 @@ final class UpstreamLink {
     private var lastHeard: UInt64 = 0
     private var lastHeardWall: UInt64 = 0
     private var upstreamHead: UInt64 = 0
-    private var upstreamEpoch: UInt64 = 0
+    /// The upstream's epoch as last heard (0: not yet).
+    private(set) var upstreamEpoch: UInt64 = 0
     private var upstreamInstance: UInt64 = 0
     private var heartbeatInterval: UInt64 = 1000
     private var lastRefusedRetry: UInt64 = 0
@@ -209,9 +210,11 @@ final class UpstreamLink {
             if let pending = fetch, pending.id == reply.id {
                 fetch = nil
                 switch reply.result {
-                case .snapshot(let snapshot) where snapshot.epoch == upstreamEpoch:
+                case .snapshot(let snapshot):
+                    if snapshot.epoch != upstreamEpoch { (upstreamEpoch, upstreamHead) = (snapshot.epoch, 0) }
                     upstreamHead = max(upstreamHead, snapshot.revision)
-                case .events(let page) where page.epoch == upstreamEpoch:
+                case .events(let page):
+                    if page.epoch != upstreamEpoch { (upstreamEpoch, upstreamHead) = (page.epoch, 0) }
                     upstreamHead = max(upstreamHead, page.revision)
                 case .error(let error) where error.code != .compacted && error.code != .futureRevision:
                     // The core leaves a refused prefix alone; it is asked again every few seconds.
