@@ -8,7 +8,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # faketime for the tests of the unit's system calls and of wall-clock steps.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux iproute2
 
-.PHONY: help deps build release run test test-race soak-core soak-follower bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core soak-follower bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-fuzz    3,000,000 random and mutated frames on every socket: no crash, bounded memory"
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"
+	@echo "make bench-relay   latency per relay hop; fan-out through relays vs all on the primary"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
 	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
@@ -80,7 +81,7 @@ soak-follower: deps
 	$(SWIFT) build --build-tests
 	BEACON_FOLLOWER_CASES=50000 $(SWIFT) test --skip-build --filter FollowerCoreModelTests
 
-bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash
+bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay
 
 # The reactive core's benchmark is a package of its own (Benchmarks/), with OpenCombine.
 bench-core:
@@ -121,6 +122,11 @@ bench-compaction: release
 # arrives; fails if anything such an answer said is gone after the restart.
 bench-crash: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" crash-replies
+
+# A primary and two relays on loopback tcp: the latency each hop adds beside a raw libzmq tcp
+# hop and a commit, and fan-out through the relays against every subscriber on the primary.
+bench-relay: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" relay
 
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release

@@ -24,6 +24,7 @@ struct RelayBench: ParsableCommand {
             + "(no CURVE), durability normal; \(samples) latency samples, \(writes) writes × \(subscribers) subscribers, \(runs) runs")
         var hop: [[Double]] = [[], [], []]
         var raw: [Double] = []
+        var rawIPC: [Double] = []
         var commit: [Double] = []
         var direct: [Double] = [], relayed: [Double] = []
         var directCPU: [Double] = [], relayedCPU: [Double] = []
@@ -35,6 +36,7 @@ struct RelayBench: ParsableCommand {
             for index in 0..<3 { hop[index].append(median(latencies[index])) }
             chain.stop()
             raw.append(median(try RawZMQ.oneWayLatencies(samples: samples, endpoint: "tcp://127.0.0.1:\(RelayChain.port(directory) + 10)")))
+            rawIPC.append(median(try RawZMQ.oneWayLatencies(samples: samples, directory: directory)))
             commit.append(median(try Self.commitLatencies(samples: samples, directory: directory)))
 
             let fan = try RelayChain(directory: directory + "/fan", relays: 2, sideBySide: true, extraArguments: ["--loop-cpu", loopCpu])
@@ -45,9 +47,9 @@ struct RelayBench: ParsableCommand {
             relayed.append(relayedRate)
             directCPU.append(directSeconds)
             relayedCPU.append(relayedSeconds)
-            print(String(format: "  run %d: write→diff p50 %.0f / %.0f / %.0f µs (primary / near / far); raw tcp hop %.0f µs, commit %.0f µs; "
-                + "fan-out %@/s direct, %@/s through relays", run, hop[0].last!, hop[1].last!, hop[2].last!, raw.last!, commit.last!,
-                format(directRate), format(relayedRate)))
+            print(String(format: "  run %d: write→diff p50 %.0f / %.0f / %.0f µs (primary / near / far); raw tcp hop %.0f µs, raw ipc hop %.0f µs, "
+                + "commit %.0f µs; fan-out %@/s direct, %@/s through relays", run, hop[0].last!, hop[1].last!, hop[2].last!, raw.last!,
+                rawIPC.last!, commit.last!, format(directRate), format(relayedRate)))
         }
         let added = median(hop[1]) - median(hop[0]), addedSecond = median(hop[2]) - median(hop[1])
         print("")
@@ -58,6 +60,8 @@ struct RelayBench: ParsableCommand {
         print(String(format: "| … of the far relay (two hops), p50 | %.0f µs (+%.0f µs) |", median(hop[2]), addedSecond))
         print(String(format: "| raw libzmq tcp hop (one way) + one journal commit, p50 | %.0f + %.0f = %.0f µs |",
                      median(raw), median(commit), median(raw) + median(commit)))
+        print(String(format: "| … + the relay's own publication to its subscriber (a raw ipc hop), p50 | %.0f + %.0f + %.0f = %.0f µs |",
+                     median(raw), median(commit), median(rawIPC), median(raw) + median(commit) + median(rawIPC)))
         print("| delivered to each of \(subscribers) subscribers, all on the primary (tcp) | \(format(median(direct)))/s |")
         print("| … half on each of two relays (ipc), the relays on the primary (tcp) | \(format(median(relayed)))/s |")
         print(String(format: "| the primary's CPU for %d writes: direct / through relays | %.2f s / %.2f s |", writes, median(directCPU), median(relayedCPU)))

@@ -59,6 +59,31 @@ final class NotifyListener: @unchecked Sendable {
 
 @Suite(.timeLimit(.minutes(3)))
 struct SystemdNotifyTests {
+    @Test func aRelaysStatusNamesItsUpstreamTheLagAndAnUnreachableUpstream() async throws {
+        let dir = try temporaryDirectory()
+        let listener = try NotifyListener(path: dir + "/notify.sock")
+        defer { listener.stop() }
+        let primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
+        let upstream = "ipc://\(dir)/primary-run/beacon.req"
+        _ = try WireClient(runtimeDirectory: primary.runtimeDirectory).put("k", .with { $0.intValue = 1 })
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacond"))
+        process.arguments = ["--runtime-dir", dir + "/run", "--state-dir", dir + "/state", "--heartbeat-ms", "100",
+                             "--upstream", upstream, "--log-level", "error"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = listener.path
+        process.environment = environment
+        process.standardError = FileHandle.nullDevice
+        try process.runSerially()
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        _ = try await listener.waitFor("relay of \(upstream): upstream head 1, 0 behind")
+        primary.stop(signal: SIGKILL)
+        _ = try await listener.waitFor("relay of \(upstream): UPSTREAM UNREACHABLE")
+    }
+
     @Test func theDaemonNotifiesReadyStatusWatchdogReloadingAndStopping() async throws {
         let dir = try temporaryDirectory()
         let listener = try NotifyListener(path: dir + "/notify.sock")
