@@ -51,9 +51,6 @@ struct RelayState {
 }
 
 extension BeaconServer {
-    /// Whether this daemon relays an upstream (`upstream` is configured).
-    var isRelay: Bool { relay != nil }
-
     /// Opens the link to the upstream; called once the journal and sockets are open.
     func startRelay() throws(DaemonError) {
         guard let settings = configuration.upstream else { return }
@@ -259,7 +256,7 @@ extension BeaconServer {
     /// client's write id and session in the client's namespace, as sent upstream.
     private func checkForwardable(_ op: inout Beacon_V1_Request.OneOf_Op) throws(Refusal) {
         let ids = relay!.ids
-        func forwarded(_ id: Data) throws(Refusal) -> Data {
+        func forwarded(_ id: Data) -> Data {
             Data(ids.forwarded(id.isEmpty ? [] : ownedByCurrentPeer(Array(id))))
         }
         var writeID = Data()
@@ -268,8 +265,8 @@ extension BeaconServer {
         case .put(var put):
             ops = [WriteOp(put)]
             writeID = put.writeID
-            put.writeID = try forwarded(put.writeID)
-            put.session = try forwarded(put.session)
+            put.writeID = forwarded(put.writeID)
+            put.session = forwarded(put.session)
             if put.session.count > WireLimits.maxSessionBytes {
                 throw Refusal(.invalidArgument, "session is \(put.session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
             }
@@ -277,7 +274,7 @@ extension BeaconServer {
         case .delete(var delete):
             ops = [WriteOp(delete)]
             writeID = delete.writeID
-            delete.writeID = try forwarded(delete.writeID)
+            delete.writeID = forwarded(delete.writeID)
             op = .delete(delete)
         case .txn(var txn):
             for (index, item) in txn.ops.enumerated() {
@@ -286,19 +283,19 @@ extension BeaconServer {
                 }
                 ops.append(converted)
                 if case .put(var put) = item.op, !put.session.isEmpty {
-                    put.session = try forwarded(put.session)
+                    put.session = forwarded(put.session)
                     txn.ops[index].put = put
                 }
             }
             writeID = txn.writeID
-            txn.writeID = try forwarded(txn.writeID)
+            txn.writeID = forwarded(txn.writeID)
             op = .txn(txn)
         case .keepAlive(var keepAlive):
             guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
             guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
                 throw Refusal(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
             }
-            keepAlive.session = try forwarded(keepAlive.session)
+            keepAlive.session = forwarded(keepAlive.session)
             op = .keepAlive(keepAlive)
         default:
             preconditionFailure("only writes and KeepAlive are forwarded")
@@ -370,20 +367,22 @@ extension BeaconServer {
         forwardedAnswered(forwarded.connection)
     }
 
-    /// Answers every forwarded request still waiting, at shutdown.
+    /// Answers every forwarded request still waiting, at shutdown, and then the requests that
+    /// waited behind them (which may forward more: answered the same way).
     func abandonForwarded() {
-        guard let relay else { return }
-        for token in relay.forwarded.keys { answerForwarded(token: token, nil) }
-        for entry in relay.awaitingMirror {
-            var answer = Beacon_V1_Reply()
-            answer.id = entry.reply.id
-            answer.error = Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(entry.revision), "
-                + "which the upstream applied; retry with the same write_id").wire(headRevision: durableRevision)
-            replies.fill(entry.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
-            forwardedAnswered(entry.connection)
+        while let relay, !relay.forwarded.isEmpty || !relay.awaitingMirror.isEmpty || !relay.replayDue.isEmpty {
+            for token in relay.forwarded.keys.sorted() { answerForwarded(token: token, nil) }
+            for entry in relay.awaitingMirror {
+                var answer = Beacon_V1_Reply()
+                answer.id = entry.reply.id
+                answer.error = Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(entry.revision), "
+                    + "which the upstream applied; retry with the same write_id").wire(headRevision: durableRevision)
+                replies.fill(entry.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+                forwardedAnswered(entry.connection)
+            }
+            self.relay!.awaitingMirror.removeAll()
+            replayDeferred()
         }
-        self.relay!.awaitingMirror.removeAll()
-        replayDeferred()
     }
 
     /// The link's state as the protocol reports it; `nil` on a primary.
