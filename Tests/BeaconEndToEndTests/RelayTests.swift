@@ -32,11 +32,11 @@ final class RelayCluster {
     /// this uid and the keys `clients` read and write everything; with `upstream`, as a relay of
     /// the daemon at that port (with its own key `name`).
     func start(_ name: String, port: Int, clients: [String] = [], upstream: (name: String, port: Int)? = nil,
-               lines extra: [String] = []) throws -> DaemonProcess {
+               lines extra: [String] = [], localRights: String = "read=* write=*") throws -> DaemonProcess {
         var lines = [
             "request_endpoint = tcp://127.0.0.1:\(port)", "publish_endpoint = tcp://127.0.0.1:\(port + 1)",
             "curve_secret_key_file = \(directory)/\(name).key",
-            "allow = uid:\(getuid()) read=* write=*",
+            "allow = uid:\(getuid()) \(localRights)",
         ]
         _ = try key(name)
         for client in clients { lines.append("allow = key:\(try key(client).publicKey) read=* write=*") }
@@ -102,7 +102,7 @@ struct RelayTests {
     /// Waits until `relay` shows everything `primary` has, under the same epoch.
     static func waitForMirror(_ relay: WireClient, of primary: WireClient, seconds: Double = 10) throws {
         let head = try primary.ping()
-        try eventually("the relay reaches the primary's head \(head.headRevision)", seconds: seconds) {
+        eventually("the relay reaches the primary's head \(head.headRevision)", seconds: seconds) {
             guard let ping = try? relay.ping(timeoutMilliseconds: 1000) else { return false }
             return ping.epoch == head.epoch && ping.headRevision >= head.headRevision
         }
@@ -245,6 +245,30 @@ struct RelayTests {
         try Self.waitForMirror(relay, of: root)
         #expect(try relay.ping().epoch != oldEpoch)
         #expect(try everything(relay).map(\.key) == ["fresh"])
+    }
+
+    @Test("A write through a relay passes the relay's own rules, then the upstream's rules for the relay's key")
+    func bothRulesApplyToWritesThroughARelay() throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        // The primary lets the relay write app. and sensor. only; the relay lets this uid write
+        // app. and shared. only.
+        let relayKey = try cluster.key("relay").publicKey
+        let primary = try cluster.start("primary", port: port, lines: ["allow = key:\(relayKey) read=* write=app.,sensor."])
+        defer { primary.stop() }
+        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), localRights: "read=* write=app.,shared.")
+        defer { relayDaemon.stop() }
+        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        try eventually("the relay reaches its upstream") { try relay.ping().upstream.reachable }
+        #expect(try relay.put("app.x", .with { $0.intValue = 1 }).revision > 0, "allowed by both")
+        let local = refusal { _ = try relay.put("sensor.x", .with { $0.intValue = 1 }) }
+        #expect(local?.code == .permissionDenied && local?.message.contains("writable: app.,shared.") == true,
+                "refused by the relay's own rules: \(String(describing: local))")
+        let upstream = refusal { _ = try relay.put("shared.x", .with { $0.intValue = 1 }) }
+        #expect(upstream?.code == .permissionDenied, "refused by the upstream's rules for the relay: \(String(describing: upstream))")
+        #expect(try relay.stats().writesForwarded == 2, "the locally refused write never left the relay")
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        #expect(refusal { _ = try root.get("shared.x") }?.code == .notFound)
     }
 
     @Test("A relay of a relay: writes go up two hops and come back down, and every mirror equals the primary")
