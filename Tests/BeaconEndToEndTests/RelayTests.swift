@@ -247,6 +247,46 @@ struct RelayTests {
         #expect(try everything(relay).map(\.key) == ["fresh"])
     }
 
+    @Test("A relay that missed history its upstream compacted away takes the upstream's state, and its own subscriber resyncs")
+    func aRelayBehindTheUpstreamsCompactionResyncs() throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        let primary = try cluster.start("primary", port: port, clients: ["relay"])
+        defer { primary.stop() }
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        for index in 0..<10 { _ = try root.put("c.k\(index)", .with { $0.intValue = Int64(index) }) }
+        var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        defer { relayDaemon.stop() }
+        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        try Self.waitForMirror(relay, of: root)
+        // A subscriber of the relay, complete through the head before the gap.
+        let follower = try PrefixFollower(client: relay, prefix: "c.", requestTimeoutMilliseconds: 5000)
+        #expect(follower.state.count == 10)
+        relayDaemon.stop()
+
+        // While the relay is down the upstream deletes and rewrites keys, then compacts it all.
+        for index in 0..<5 { _ = try root.delete("c.k\(index)") }
+        for index in 5..<10 { _ = try root.put("c.k\(index)", .with { $0.intValue = Int64(100 + index) }) }
+        let head = try root.ping().headRevision
+        guard case .compact = try root.call(.compact(.with { $0.revision = head }), timeoutMilliseconds: 10_000).result else {
+            Issue.record("the primary did not compact")
+            return
+        }
+
+        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        try Self.waitForMirror(relay, of: root)
+        #expect(try relay.stats().compactedRevision == head, "the relay took the upstream's state at its compaction")
+        #expect(try everything(relay).map(\.key) == (5..<10).map { "c.k\($0)" }, "the deleted keys are gone at the relay too")
+        // The subscriber from before the gap learns of it, finds the history gone, and resyncs.
+        _ = try root.put("c.k9", .with { $0.intValue = 9000 })
+        try eventually("the relay's subscriber resyncs and follows on") {
+            _ = try follower.next(timeoutMilliseconds: 100)
+            return follower.state["c.k9"]?.value.intValue == 9000
+        }
+        #expect(follower.state.keys.sorted() == (5..<10).map { "c.k\($0)" })
+        #expect(follower.resyncs >= 1)
+    }
+
     @Test("A write through a relay passes the relay's own rules, then the upstream's rules for the relay's key")
     func bothRulesApplyToWritesThroughARelay() throws {
         let cluster = try RelayCluster()
