@@ -492,6 +492,7 @@ public final class BeaconServer: @unchecked Sendable {
                     // Whatever they bring is read every pass (serviceUpstream).
                     _ = poller.add(link.dealer)
                     _ = poller.add(link.subscriber)
+                    _ = poller.add(link.handshakeEvents)
                 }
                 monitors = Array(connections.monitors.keys)
                 monitorIndices = monitors.map { poller.add(connections.monitors[$0]!) }

@@ -287,6 +287,20 @@ struct RelayTests {
         #expect(follower.resyncs >= 1)
     }
 
+    @Test("A relay whose key the upstream does not list says why in its log, reports the upstream unreachable and refuses writes")
+    func aRefusedRelayLogsWhy() throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        let primary = try cluster.start("primary", port: port)  // no rule for the relay's key
+        defer { primary.stop() }
+        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        defer { relayDaemon.stop() }
+        eventually("the relay logs the refusal") { relayDaemon.stderr.contains("no allow rule there lists its key") }
+        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        #expect(try !relay.ping().upstream.reachable)
+        #expect(refusal { _ = try relay.put("k", .with { $0.intValue = 1 }) }?.code == .upstreamUnavailable)
+    }
+
     @Test("A write through a relay passes the relay's own rules, then the upstream's rules for the relay's key")
     func bothRulesApplyToWritesThroughARelay() throws {
         let cluster = try RelayCluster()

@@ -53,6 +53,9 @@ final class UpstreamLink {
     private var reported = Status()
     let dealer: ZMQSocket
     let subscriber: ZMQSocket
+    /// Reports the request socket's failed security handshakes: the upstream refusing this relay.
+    let handshakeEvents: ZMQSocket
+    private var lastHandshakeLog: UInt64 = 0
     private var core: FollowerCore
     private var nextID: UInt64 = 1
     /// The fetch sent and not yet answered, with its request id and deadline.
@@ -88,6 +91,8 @@ final class UpstreamLink {
         }
         try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
         try subscriber.subscribe([])
+        handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
+                                             name: "beacond-upstream-\(UInt64.random(in: 0 ... .max))")
         try dealer.connect(endpoint.request)
         try subscriber.connect(endpoint.publish)
         core = FollowerCore(mode: .stream, epoch: epoch)
@@ -107,6 +112,7 @@ final class UpstreamLink {
     func close() {
         dealer.close()
         subscriber.close()
+        handshakeEvents.close()
     }
 
     private static func now() -> UInt64 { MonotonicTime.now().milliseconds }
@@ -123,6 +129,7 @@ final class UpstreamLink {
     /// Reads what the upstream sent, gives up on what waited too long, sends the fetches the
     /// core needs, and appends what happened: released revisions and snapshots, answers, status.
     func service(into events: inout [UpstreamEvent]) {
+        drainHandshakeFailures()
         drainPublications()
         drainReplies(into: &events)
         expire(into: &events)
@@ -139,6 +146,22 @@ final class UpstreamLink {
             }
             reported = status
             events.append(.status(status))
+        }
+    }
+
+    /// Logs (every 10 s at most) that the upstream refuses this relay: libzmq retries by itself.
+    private func drainHandshakeFailures() {
+        while let event = try? handshakeEvents.receiveMonitorEvent(flags: .dontWait) {
+            let now = Self.now()
+            guard now >= lastHandshakeLog + 10_000 || lastHandshakeLog == 0 else { continue }
+            lastHandshakeLog = now
+            if event.kind.contains(.handshakeFailedAuth) {
+                logger.error("the upstream refused this relay's connection: no allow rule there lists its key", metadata: [
+                    "upstream": "\(endpoint.request)", "relay.key": "\(endpoint.curve?.keys.publicKey ?? "none (ipc or tcp_insecure)")"])
+            } else {
+                logger.error("the security handshake with the upstream failed: is upstream_server_key its public key?", metadata: [
+                    "upstream": "\(endpoint.request)"])
+            }
         }
     }
 
