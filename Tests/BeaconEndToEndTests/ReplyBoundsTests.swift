@@ -170,12 +170,14 @@ struct SubscriberBoundsTests {
         let stats = try root.stats()
         #expect(stats.slowSubscribersClosed == 1, "closed: \(stats.slowSubscribersClosed)")
         // Writing the values costs the daemon about 100 MiB of peak memory with no stalled
-        // subscriber (the journal's pages, the values staged); the stalled one adds at most the
-        // 32 MiB bound. It added 280 MiB without the bound. (Under ThreadSanitizer, `make
-        // test-race`, every allocation has shadow memory besides, and writing alone costs more.)
+        // subscriber (the journal's pages, the values staged: more of them per group commit on
+        // a loaded machine); the stalled one adds the 32 MiB bound and what is written until a
+        // second scan confirms it stalled. It added 280 MiB without the bound. (Under
+        // ThreadSanitizer, `make test-race`, every allocation has shadow memory besides, and
+        // writing alone costs more.)
         let growth = try processMemory(of: pid, "VmHWM") - peakBefore
         if ProcessInfo.processInfo.environment["BEACON_SANITIZED_RUN"] == nil {
-            #expect(growth < 160 << 20, "peak resident memory grew by \(growth >> 20) MiB")
+            #expect(growth < 192 << 20, "peak resident memory grew by \(growth >> 20) MiB")
         }
         let deadline = Date().addingTimeInterval(30)
         while received.withLock({ $0 }) < 300 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
