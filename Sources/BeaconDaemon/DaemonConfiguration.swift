@@ -95,23 +95,12 @@ public struct DaemonConfiguration: Sendable, Equatable {
             guard let server = serverKey, let file = keyFile else {
                 throw PolicyError("CURVE to the upstream needs both upstream_server_key and upstream_key_file")
             }
-            var serverPublic = server
-            if !ZMQCurveKeyPair.isValidKey(server) {
-                guard let parsed = try? CurveKeyFile(path: server), let key = parsed.publicKey else {
-                    throw PolicyError("upstream_server_key: '\(server)' is neither a CURVE public key nor a key file holding one")
-                }
-                serverPublic = key
-            }
-            let own: CurveKeyFile
             do {
-                own = try CurveKeyFile(path: file)
+                curve = try CurveCredentials.load(serverKey: server, keyFile: file, serverKeySetting: "upstream_server_key",
+                                                  keyFileSetting: "upstream_key_file")
             } catch {
-                throw PolicyError("upstream_key_file \(file): \(error)")
+                throw PolicyError(error.description)
             }
-            guard let secret = own.secretKey, let keys = try? ZMQCurveKeyPair(secretKey: secret) else {
-                throw PolicyError("upstream_key_file \(file) holds no valid secret key (make one with `beacon keygen`)")
-            }
-            curve = CurveCredentials(serverKey: serverPublic, keys: keys)
         }
     }
 

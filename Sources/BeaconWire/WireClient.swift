@@ -13,6 +13,36 @@ public struct CurveCredentials: Sendable, Equatable {
         self.serverKey = serverKey
         self.keys = keys
     }
+
+    /// A reason, naming the setting, why credentials could not be read.
+    public struct LoadError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Reads credentials as an operator gives them: the daemon's public key, or a file holding
+    /// it (`beacon keygen`'s `.pub` or `.key`), and this side's key file.
+    /// - Parameters:
+    ///   - serverKeySetting, keyFileSetting: the names the operator knows the two by, for errors.
+    public static func load(serverKey: String, keyFile: String, serverKeySetting: String,
+                            keyFileSetting: String) throws(LoadError) -> CurveCredentials {
+        var serverPublic = serverKey
+        if !ZMQCurveKeyPair.isValidKey(serverKey) {
+            guard let parsed = try? CurveKeyFile(path: serverKey), let key = parsed.publicKey else {
+                throw LoadError(description: "\(serverKeySetting): '\(serverKey)' is neither a CURVE public key nor a key file holding one")
+            }
+            serverPublic = key
+        }
+        let own: CurveKeyFile
+        do {
+            own = try CurveKeyFile(path: keyFile)
+        } catch {
+            throw LoadError(description: "\(keyFileSetting) \(keyFile): \(error)")
+        }
+        guard let secret = own.secretKey, let keys = try? ZMQCurveKeyPair(secretKey: secret) else {
+            throw LoadError(description: "\(keyFileSetting) \(keyFile) holds no valid secret key (make one with `beacon keygen`)")
+        }
+        return CurveCredentials(serverKey: serverPublic, keys: keys)
+    }
 }
 
 /// A blocking client of the wire protocol: one DEALER for requests (pipelining allowed), one SUB

@@ -80,24 +80,11 @@ struct Connection: ParsableArguments {
         guard let server, let file else {
             throw WireError(kind: .refused, message: "CURVE needs both --server-key and --key-file")
         }
-        func bad(_ message: String) -> WireError { WireError(kind: .refused, message: message) }
-        var serverPublic = server
-        if !ZMQCurveKeyPair.isValidKey(server) {
-            guard let parsed = try? CurveKeyFile(path: server), let key = parsed.publicKey else {
-                throw bad("--server-key: '\(server)' is neither a CURVE public key nor a key file holding one")
-            }
-            serverPublic = key
-        }
-        let own: CurveKeyFile
         do {
-            own = try CurveKeyFile(path: file)
+            return try CurveCredentials.load(serverKey: server, keyFile: file, serverKeySetting: "--server-key", keyFileSetting: "--key-file")
         } catch {
-            throw bad("--key-file \(file): \(error)")
+            throw WireError(kind: .refused, message: error.description)
         }
-        guard let secret = own.secretKey, let keys = try? ZMQCurveKeyPair(secretKey: secret) else {
-            throw bad("--key-file \(file) holds no valid secret key (make one with `beacon keygen`)")
-        }
-        return CurveCredentials(serverKey: serverPublic, keys: keys)
     }
 
     var runtimeDirectory: String {
