@@ -82,7 +82,7 @@ public final class BeaconServer: @unchecked Sendable {
     var writeRate = RateMeter()
     var publicationRate = RateMeter()
     private var lock: InstanceLock?
-    let wake: WakePipe
+    private let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
     /// Log lines outside peers can cause, throttled.
     @exclusivity(unchecked) var logThrottle = LogThrottle()
