@@ -66,7 +66,8 @@ extension BeaconServer {
         do {
             // What the journal holds is the upstream's through its head if the epochs match; the
             // link finds out with its first delta, and takes a snapshot otherwise.
-            let link = try UpstreamLink(endpoint: .init(request: settings.requestEndpoint, publish: publish, curve: settings.curve),
+            let link = try UpstreamLink(endpoint: .init(request: settings.requestEndpoint, publish: publish, curve: settings.curve,
+                                                        prefix: settings.prefix),
                                         context: context, after: pipeline.journal.headRevision, epoch: pipeline.epoch, logger: logger)
             relay = RelayState(link: link, ids: ids)
         } catch {
@@ -113,7 +114,11 @@ extension BeaconServer {
         var staged = false
         for events in revisions {
             guard let first = events.first, first.revision > store.headRevision else { continue }
-            let changes = events.map(Self.mirroredChange)
+            // Parts are numbered within what this relay carries (a prefix relay gets some of a
+            // revision's changes), so that its own diffs, markers and deltas are whole.
+            let changes = events.enumerated().map { part, event in
+                Self.mirroredChange(event, part: UInt32(part), parts: UInt32(events.count))
+            }
             let undo = store.apply(changes)
             pipeline.stage(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
             staged = true
@@ -122,7 +127,7 @@ extension BeaconServer {
         return staged
     }
 
-    private static func mirroredChange(_ event: Beacon_V1_Event) -> JournalChange {
+    private static func mirroredChange(_ event: Beacon_V1_Event, part: UInt32, parts: UInt32) -> JournalChange {
         let change = event.change
         let kind: ChangeKind = switch change.kind {
         case .put: .put
@@ -130,7 +135,7 @@ extension BeaconServer {
         default: .delete
         }
         return JournalChange(
-            revision: event.revision, part: event.part, parts: event.parts, kind: kind, key: change.key,
+            revision: event.revision, part: part, parts: parts, kind: kind, key: change.key,
             value: kind == .put ? ((try? change.value.serializedBytes()) ?? []) : [],
             version: change.version, createRevision: change.createRevision,
             expiresAtMilliseconds: change.expiresAtMs, timestampMilliseconds: event.timestampMs)
@@ -305,6 +310,11 @@ extension BeaconServer {
         }
         if !ops.isEmpty {
             try checkWriteRights(ops)
+            for (index, item) in ops.enumerated() where !item.key.hasPrefix(relay!.link.endpoint.prefix) {
+                var refusal = outsideRelay(item.key)
+                refusal.operationIndex = UInt32(index)
+                throw refusal
+            }
             if ops.count > WireLimits.maxTxnOps {
                 throw Refusal(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)")
             }
@@ -383,6 +393,13 @@ extension BeaconServer {
             self.relay!.awaitingMirror.removeAll()
             replayDeferred()
         }
+    }
+
+    /// The refusal of a key or prefix outside what this relay carries.
+    func outsideRelay(_ keyOrPrefix: String) -> Refusal {
+        counters.accessDenied += 1
+        return Refusal(.permissionDenied, "this relay carries only the keys under '\(relay!.link.endpoint.prefix)'; "
+            + "'\(keyOrPrefix)' is not among them (ask its upstream, \(relay!.link.endpoint.request))", key: keyOrPrefix)
     }
 
     /// The link's state as the protocol reports it; `nil` on a primary.

@@ -61,6 +61,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
         public var serverKey: String?
         /// This relay's CURVE key file (`beacon keygen`); the upstream's rules name its public key.
         public var keyFile: String?
+        /// The one prefix this relay carries (`upstream_prefix`); empty: every key.
+        public var prefix = ""
         /// The CURVE credentials read by ``DaemonConfiguration/validate()``.
         public var curve: CurveCredentials?
 
@@ -89,6 +91,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
             }
             guard resolvedPublishEndpoint != nil else {
                 throw PolicyError("upstream_publish is needed: no publish endpoint follows from '\(requestEndpoint)'")
+            }
+            if let problem = KeyPath.problem(prefix: prefix) {
+                throw PolicyError("upstream_prefix '\(prefix)': \(problem)")
             }
             curve = nil
             guard serverKey != nil || keyFile != nil else { return }
@@ -268,12 +273,13 @@ public struct DaemonConfiguration: Sendable, Equatable {
                     copy.upstream = copy.upstream ?? UpstreamSettings(requestEndpoint: value)
                     copy.upstream!.requestEndpoint = value
                 }
-            case "upstream_publish", "upstream_server_key", "upstream_key_file":
+            case "upstream_publish", "upstream_server_key", "upstream_key_file", "upstream_prefix":
                 guard copy.upstream != nil else { throw fail("'\(name)' needs an 'upstream = ENDPOINT' line before it") }
                 let setting: String? = value.isEmpty ? nil : value
                 switch name {
                 case "upstream_publish": copy.upstream!.publishEndpoint = setting
                 case "upstream_server_key": copy.upstream!.serverKey = setting
+                case "upstream_prefix": copy.upstream!.prefix = value
                 default: copy.upstream!.keyFile = setting
                 }
             case "tcp_insecure":

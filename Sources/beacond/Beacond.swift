@@ -67,6 +67,9 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("This relay's CURVE key file (beacon keygen); the upstream's rules name its public key.", valueName: "file"))
     var upstreamKeyFile: String?
 
+    @Option(name: .long, help: ArgumentHelp("Carry only the keys under this prefix (default: every key).", valueName: "prefix"))
+    var upstreamPrefix: String?
+
     @Flag(name: .long, help: "Check the configuration (file, flags, access rules, CURVE key) and exit: 0 valid, 78 invalid.")
     var checkConfig = false
 
@@ -173,8 +176,11 @@ struct Beacond: AsyncParsableCommand {
             configuration.upstream = configuration.upstream ?? DaemonConfiguration.UpstreamSettings(requestEndpoint: upstream)
             configuration.upstream!.requestEndpoint = upstream
         }
-        if upstreamPublish != nil || upstreamServerKey != nil || upstreamKeyFile != nil {
-            guard configuration.upstream != nil else { throw ValidationError("--upstream-publish, --upstream-server-key and --upstream-key-file need --upstream") }
+        if upstreamPublish != nil || upstreamServerKey != nil || upstreamKeyFile != nil || upstreamPrefix != nil {
+            guard configuration.upstream != nil else {
+                throw ValidationError("--upstream-publish, --upstream-server-key, --upstream-key-file and --upstream-prefix need --upstream")
+            }
+            if let upstreamPrefix { configuration.upstream!.prefix = upstreamPrefix }
             if let upstreamPublish { configuration.upstream!.publishEndpoint = upstreamPublish }
             if let upstreamServerKey { configuration.upstream!.serverKey = upstreamServerKey }
             if let upstreamKeyFile { configuration.upstream!.keyFile = upstreamKeyFile }
@@ -199,7 +205,7 @@ struct Beacond: AsyncParsableCommand {
             lines.append("no allow rules: every peer that can open the sockets may read and write every key")
         }
         if let upstream = configuration.upstream {
-            lines.append("relay of \(upstream.requestEndpoint) (publish \(upstream.resolvedPublishEndpoint ?? "?"), "
+            lines.append("relay of \(upstream.requestEndpoint)\(upstream.prefix.isEmpty ? "" : ", keys under '\(upstream.prefix)'") (publish \(upstream.resolvedPublishEndpoint ?? "?"), "
                 + (upstream.curve == nil ? "no CURVE)" : "CURVE as \(upstream.curve!.keys.publicKey))"))
         }
         if let keys = configuration.curveKeys { lines.append("CURVE public key = \(keys.publicKey)") }

@@ -109,9 +109,11 @@ struct BadInputTests {
         try configuration.apply(fileContents: enabled, path: path)
         #expect(configuration.extraRequestEndpoints == ["tcp://127.0.0.1:7401"])
         #expect(configuration.extraPublishEndpoints == ["tcp://127.0.0.1:7402"])
-        #expect(configuration.upstream == DaemonConfiguration.UpstreamSettings(
+        var upstream = DaemonConfiguration.UpstreamSettings(
             requestEndpoint: "tcp://10.0.0.1:7401", publishEndpoint: "tcp://10.0.0.1:7402",
-            serverKey: "/etc/beacon/upstream.pub", keyFile: "/etc/beacon/relay.key"))
+            serverKey: "/etc/beacon/upstream.pub", keyFile: "/etc/beacon/relay.key")
+        upstream.prefix = "arm."
+        #expect(configuration.upstream == upstream)
         configuration.extraRequestEndpoints = []
         configuration.extraPublishEndpoints = []
         configuration.upstream = nil

@@ -287,6 +287,59 @@ struct RelayTests {
         #expect(follower.resyncs >= 1)
     }
 
+    @Test("A relay of one prefix carries its keys with their revisions, refuses the rest plainly, and needs only that prefix upstream")
+    func aRelayOfOnePrefix() throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        let relayKey = try cluster.key("relay").publicKey
+        let primary = try cluster.start("primary", port: port, lines: ["allow = key:\(relayKey) read=a. write=a."])
+        defer { primary.stop() }
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        for index in 0..<5 {
+            _ = try root.put("a.k\(index)", .with { $0.intValue = Int64(index) })
+            _ = try root.put("b.k\(index)", .with { $0.intValue = Int64(index) })
+        }
+        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: ["upstream_prefix = a."])
+        defer { relayDaemon.stop() }
+        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        func list(_ client: WireClient, _ prefix: String) throws -> [Beacon_V1_KeyValue] {
+            guard case .list(let list) = try client.call(.list(.with { $0.prefix = prefix })).result else { return [] }
+            return list.kvs
+        }
+        eventually("the relay carries the primary's a. keys") { (try? list(relay, "a.")) == (try? list(root, "a.")) }
+        let since = try relay.stats().compactedRevision
+
+        // Live: a transaction across a. and b. reaches the relay's subscriber as a whole revision
+        // of what the relay carries; the b. writes never reach the relay.
+        let follower = try PrefixFollower(client: relay, prefix: "a.")
+        let txn = try root.transaction([.with { $0.put = .with { $0.key = "a.x"; $0.value = .with { $0.intValue = 1 } } },
+                                        .with { $0.put = .with { $0.key = "b.y"; $0.value = .with { $0.intValue = 1 } } }])
+        _ = try root.put("b.z", .with { $0.intValue = 2 })
+        var seen: [Beacon_V1_Event] = []
+        eventually("the relay's subscriber sees its part of the transaction") {
+            if case .revision(let events) = try? follower.next(timeoutMilliseconds: 100) { seen = events }
+            return !seen.isEmpty
+        }
+        #expect(seen.map(\.revision) == [txn.revision] && seen.map(\.change.key) == ["a.x"])
+        #expect(seen.first.map { ($0.part, $0.parts) } ?? (9, 9) == (0, 1), "parts numbered within what the relay carries")
+
+        // Writes: under the prefix through the relay; the rest refused by the relay itself.
+        let written = try relay.put("a.w", .with { $0.intValue = 3 })
+        #expect(try relay.get("a.w").modRevision == written.revision)
+        let outside = refusal { _ = try relay.put("b.w", .with { $0.intValue = 3 }) }
+        #expect(outside?.code == .permissionDenied && outside?.message.contains("carries only the keys under 'a.'") == true,
+                "\(String(describing: outside))")
+        #expect(refusal { _ = try relay.get("b.k1") }?.code == .permissionDenied)
+        #expect(refusal { _ = try everything(relay) }?.code == .permissionDenied, "a list wider than the prefix is refused")
+
+        // The relay's deltas are the primary's changes under the prefix, revision for revision.
+        let relayDelta = try relay.delta(prefix: "a.", since: since).events.map { ($0.revision, $0.change.key, $0.change.version) }
+        let rootDelta = try root.delta(prefix: "a.", since: since).events.map { ($0.revision, $0.change.key, $0.change.version) }
+        #expect(relayDelta.elementsEqual(rootDelta, by: ==))
+        let stats = try relay.stats()
+        #expect(stats.upstream.reachable && stats.upstream.headRevision == written.revision, "the upstream's last revision under a.")
+    }
+
     @Test("A relay whose key the upstream does not list says why in its log, reports the upstream unreachable and refuses writes")
     func aRefusedRelayLogsWhy() throws {
         let cluster = try RelayCluster()

@@ -25,11 +25,13 @@ enum UpstreamEvent {
 /// upstream revision goes from libzmq's I/O thread to the loop and out to the relay's
 /// subscribers with no other thread between them.
 final class UpstreamLink {
-    /// Where the upstream is and how to reach it.
+    /// Where the upstream is, how to reach it, and what of it to follow.
     struct Endpoint: Sendable, Equatable {
         var request: String
         var publish: String
         var curve: CurveCredentials?
+        /// The keys followed: those under this prefix (empty: every key).
+        var prefix = ""
     }
 
     /// The link as the relay reports it (`Ping`, heartbeats, `Stats`, systemd's status).
@@ -90,22 +92,23 @@ final class UpstreamLink {
             try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
         }
         try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
-        try subscriber.subscribe([])
+        try subscriber.subscribe(Array(endpoint.prefix.utf8))
         handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
                                              name: "beacond-upstream-\(UInt64.random(in: 0 ... .max))")
         try dealer.connect(endpoint.request)
         try subscriber.connect(endpoint.publish)
         core = FollowerCore(mode: .stream, epoch: epoch)
-        Self.follow(&core, after: revision, epoch: epoch)
+        follow(after: revision, epoch: epoch)
         logger.info("following the upstream", metadata: [
-            "upstream": "\(endpoint.request)", "resume.after": "\(revision)", "curve": "\(endpoint.curve != nil)"])
+            "upstream": "\(endpoint.request)", "prefix": "\(endpoint.prefix)", "resume.after": "\(revision)",
+            "curve": "\(endpoint.curve != nil)"])
     }
 
-    private static func follow(_ core: inout FollowerCore, after revision: UInt64, epoch: UInt64) {
+    private func follow(after revision: UInt64, epoch: UInt64) {
         if revision > 0 {
-            core.follow("", resumingAfter: revision, epoch: epoch)
+            core.follow(endpoint.prefix, resumingAfter: revision, epoch: epoch)
         } else {
-            core.follow("")
+            core.follow(endpoint.prefix)
         }
     }
 
@@ -188,7 +191,7 @@ final class UpstreamLink {
     /// Follows again after `revision` of `epoch`: the relay could not journal what it was given.
     func resume(after revision: UInt64, epoch: UInt64) {
         core = FollowerCore(mode: .stream, epoch: epoch)
-        Self.follow(&core, after: revision, epoch: epoch)
+        follow(after: revision, epoch: epoch)
         fetch = nil
     }
 
@@ -204,11 +207,14 @@ final class UpstreamLink {
             switch publication {
             case .diff(let diff) where diff.epoch == upstreamEpoch:
                 upstreamHead = max(upstreamHead, diff.event.revision)
-            case .commit(let marker) where marker.epoch == upstreamEpoch:
+            case .commit(let marker) where marker.epoch == upstreamEpoch && endpoint.prefix.isEmpty:
                 upstreamHead = max(upstreamHead, marker.revision)
             case .heartbeat(let heartbeat):
+                // The last revision that concerns this relay: under its prefix, when it has one.
+                let head = endpoint.prefix.isEmpty ? heartbeat.headRevision
+                    : heartbeat.prefixes.first { $0.prefix == endpoint.prefix }?.revision ?? upstreamHead
                 // A heartbeat queued before later diffs never moves the head back.
-                upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, heartbeat.headRevision) : heartbeat.headRevision
+                upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, head) : head
                 upstreamEpoch = heartbeat.epoch
                 heartbeatInterval = UInt64(max(heartbeat.intervalMs, 10))
                 if heartbeat.instance != upstreamInstance {
