@@ -20,7 +20,7 @@ enum UpstreamEvent {
 /// protocol's subscriber rules (one `FollowerCore` in stream mode) and forwards the writes of the
 /// relay's clients.
 ///
-/// Part of the loop's state: its two sockets are polled by the loop with the daemon's own, and
+/// Part of the loop's state: its sockets are polled by the loop with the daemon's own, and
 /// ``service(into:)`` does what they and the clock call for without ever blocking, so that an
 /// upstream revision goes from libzmq's I/O thread to the loop and out to the relay's
 /// subscribers with no other thread between them.
