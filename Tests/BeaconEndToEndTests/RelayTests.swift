@@ -378,6 +378,37 @@ struct RelayTests {
         #expect(refusal { _ = try root.get("shared.x") }?.code == .notFound)
     }
 
+    @Test("beacon against a relay: set, get, ls, watch, history, stats and backup work as against the primary")
+    func theCLIWorksAgainstARelay() async throws {
+        let dir = try temporaryDirectory()
+        let primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
+        defer { primary.stop() }
+        let relay = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
+                                      extraArguments: ["--upstream", "ipc://\(dir)/primary-run/beacon.req"])
+        defer { relay.stop() }
+        let run = relay.runtimeDirectory
+        eventually("the relay reaches its upstream") { (try? WireClient(runtimeDirectory: run).ping().upstream.reachable) == true }
+        let set = try await beacon(["set", "cli.a", "1"], runtimeDirectory: run)
+        #expect(set.status == 0, "\(set.stderr)")
+        #expect(try await beacon(["get", "cli.a"], runtimeDirectory: run).stdout == "1\n", "read-your-writes through the relay")
+        // The current value, then one change.
+        let watcher = Task { try await beacon(["watch", "cli.", "--json", "--count", "1"], runtimeDirectory: run) }
+        let wire = try WireClient(runtimeDirectory: run)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try WireClient(runtimeDirectory: primary.runtimeDirectory).put("cli.b", .with { $0.intValue = 2 })
+        let watched = try await watcher.value
+        #expect(watched.status == 0, "\(watched.stderr)")
+        #expect(try (0..<watched.lines.count).map { try watched.json($0)["key"] as? String } == ["cli.a", "cli.b"], "\(watched.stdout)")
+        #expect(try await beacon(["ls", "cli."], runtimeDirectory: run).lines.count == 2)
+        let history = try await beacon(["history", "cli.", "--prefix", "--json"], runtimeDirectory: run)
+        #expect(history.status == 0 && history.lines.count == 2, "\(history.stderr)")
+        let stats = try await beacon(["stats", "--json"], runtimeDirectory: run)
+        #expect(try stats.json()["upstream_reachable"] as? Bool == true, "\(stats.stderr)")
+        let backup = try await beacon(["backup", dir + "/relay-copy.sqlite"], runtimeDirectory: run)
+        #expect(backup.status == 0 && FileManager.default.fileExists(atPath: dir + "/relay-copy.sqlite"), "\(backup.stderr)")
+    }
+
     @Test("A relay of a relay: writes go up two hops and come back down, and every mirror equals the primary")
     func relayOfARelay() throws {
         let cluster = try RelayCluster()
