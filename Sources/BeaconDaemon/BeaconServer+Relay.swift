@@ -177,12 +177,12 @@ extension BeaconServer {
     /// current epoch: then a write acknowledged in an earlier one is gone with that journal, and
     /// one of this epoch is shown once its revision is durable here.
     func mirrorAdvanced() {
-        guard let state = relay, !state.awaitingMirror.isEmpty else { return }
         let epoch = pipeline.epoch
-        guard state.link.upstreamEpoch == epoch else { return }
-        let shown = state.awaitingMirror.prefix { $0.epoch != epoch || $0.revision <= durableRevision }
-        guard !shown.isEmpty else { return }
-        relay!.awaitingMirror.removeFirst(shown.count)
+        guard let link = relay?.link, link.upstreamEpoch == epoch,
+              let count = relay?.awaitingMirror.prefix(while: { $0.epoch != epoch || $0.revision <= durableRevision }).count,
+              count > 0 else { return }
+        let shown = Array(relay!.awaitingMirror[..<count])  // its own copy: the removal below stays in place
+        relay!.awaitingMirror.removeFirst(count)
         for entry in shown {
             replies.fill(entry.ticket, with: entry.reply, durableRevision: durableRevision, deliver: deliver)
             forwardedAnswered(entry.connection)
@@ -266,15 +266,13 @@ extension BeaconServer {
         }
         var writeID = Data()
         var ops: [WriteOp] = []
+        var isWrite = true
         switch op {
         case .put(var put):
             ops = [WriteOp(put)]
             writeID = put.writeID
             put.writeID = forwarded(put.writeID)
             put.session = forwarded(put.session)
-            if put.session.count > WireLimits.maxSessionBytes {
-                throw Refusal(.invalidArgument, "session is \(put.session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
-            }
             op = .put(put)
         case .delete(var delete):
             ops = [WriteOp(delete)]
@@ -302,32 +300,28 @@ extension BeaconServer {
             }
             keepAlive.session = forwarded(keepAlive.session)
             op = .keepAlive(keepAlive)
+            isWrite = false
         default:
             preconditionFailure("only writes and KeepAlive are forwarded")
         }
         if writeID.count > WireLimits.maxWriteIDBytes {
             throw Refusal(.invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
-        if !ops.isEmpty {
+        if isWrite {
             try checkWriteRights(ops)
             for (index, item) in ops.enumerated() where !item.key.hasPrefix(relay!.link.endpoint.prefix) {
                 var refusal = outsideRelay(item.key)
                 refusal.operationIndex = UInt32(index)
                 throw refusal
             }
-            if ops.count > WireLimits.maxTxnOps {
-                throw Refusal(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)")
+            // What the upstream would refuse whatever its state, refused here the same way (the
+            // session's length as the client sent it, before it is named for the upstream).
+            if let problem = WriteOp.countProblem(ops.count) {
+                throw Self.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
             }
-            for (index, item) in ops.enumerated() {
-                var refusal: Refusal?
-                if let problem = KeyPath.problem(key: item.key) {
-                    refusal = Refusal(.invalidKey, problem.description, key: item.key)
-                } else if let problem = item.valueProblem {
-                    refusal = Refusal(problem.code, problem.message, key: item.key)
-                }
-                if var refusal {
-                    refusal.operationIndex = UInt32(index)
-                    throw refusal
+            for index in ops.indices {
+                if let problem = ops[index].inputProblem ?? ops[index].limitProblem {
+                    throw Self.rejection(problem.code, problem.message, key: ops[index].key, index: index, current: 0, operations: ops.count)
                 }
             }
             try admit(ops)

@@ -67,6 +67,33 @@ struct WriteOp {
     }
 }
 
+extension WriteOp {
+    /// What is wrong with the operation's key or value, whatever the state.
+    var inputProblem: (code: Refusal.Code, message: String)? {
+        if let problem = KeyPath.problem(key: key) { return (.invalidKey, problem.description) }
+        return valueProblem
+    }
+
+    /// What is wrong with a put's session or time to live, whatever the state.
+    var limitProblem: (code: Refusal.Code, message: String)? {
+        guard case .put(_, _, let ttl, let session) = action else { return nil }
+        if session.count > WireLimits.maxSessionBytes {
+            return (.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
+        }
+        if ttl > WireLimits.maxTTLMilliseconds {
+            return (.invalidArgument, "ttl_ms is \(ttl); the limit is \(WireLimits.maxTTLMilliseconds)")
+        }
+        return nil
+    }
+
+    /// What is wrong with a write of `count` operations, whatever they are.
+    static func countProblem(_ count: Int) -> (code: Refusal.Code, message: String)? {
+        if count == 0 { return (.invalidArgument, "a transaction needs at least one operation") }
+        if count > WireLimits.maxTxnOps { return (.tooManyOperations, "\(count) operations; the limit is \(WireLimits.maxTxnOps)") }
+        return nil
+    }
+}
+
 extension BeaconServer {
     /// Stages a write decoded by SwiftProtobuf.
     func stageWrite(_ request: Beacon_V1_Request, route: ReplyRoute) {
@@ -224,12 +251,8 @@ extension BeaconServer {
     /// builds the changes of one revision; nothing is applied.
     func prepareChanges<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, revision: UInt64, now: UInt64, writeID: [UInt8])
         throws(Refusal) -> [JournalChange] where Ops.Index == Int {
-        func failure(_ code: Refusal.Code, _ message: String) -> Refusal {
-            Self.rejection(code, message, key: "", index: 0, current: 0, operations: ops.count)
-        }
-        if ops.isEmpty { throw failure(.invalidArgument, "a transaction needs at least one operation") }
-        if ops.count > WireLimits.maxTxnOps {
-            throw failure(.tooManyOperations, "\(ops.count) operations; the limit is \(WireLimits.maxTxnOps)")
+        if let problem = WriteOp.countProblem(ops.count) {
+            throw Self.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
         }
         // Later operations of a transaction see the effect of earlier ones on the same key.
         var pending: [String: SignalStore.Versions?] = [:]
@@ -248,7 +271,7 @@ extension BeaconServer {
     }
 
     /// A refusal of operation `index` of a write of `operations` operations.
-    private static func rejection(_ code: Refusal.Code, _ message: String, key: String, index: Int, current: UInt64,
+    static func rejection(_ code: Refusal.Code, _ message: String, key: String, index: Int, current: UInt64,
                                   operations: Int) -> Refusal {
         var refusal = Refusal(code, operations > 1 ? "operation \(index): \(message)" : message, key: key)
         refusal.operationIndex = UInt32(index)
@@ -268,10 +291,7 @@ extension BeaconServer {
         func refusal(_ code: Refusal.Code, _ message: String, current: UInt64 = 0) -> Refusal {
             Self.rejection(code, message, key: key, index: index, current: current, operations: ops.count)
         }
-        if let problem = KeyPath.problem(key: key) {
-            throw refusal(.invalidKey, problem.description)
-        }
-        if let problem = ops[index].valueProblem {
+        if let problem = ops[index].inputProblem {
             throw refusal(problem.code, problem.message)
         }
         let isTransaction = ops.count > 1
@@ -283,11 +303,8 @@ extension BeaconServer {
         let operationWriteID = index == 0 && !writeID.isEmpty ? writeID : nil
         switch ops[index].action {
         case .put(let encoded, let createOnly, let ttl, let session):
-            if session.count > WireLimits.maxSessionBytes {
-                throw refusal(.invalidArgument, "session is \(session.count) bytes; the limit is \(WireLimits.maxSessionBytes)")
-            }
-            if ttl > WireLimits.maxTTLMilliseconds {
-                throw refusal(.invalidArgument, "ttl_ms is \(ttl); the limit is \(WireLimits.maxTTLMilliseconds)")
+            if let problem = ops[index].limitProblem {
+                throw refusal(problem.code, problem.message)
             }
             let ownedSession = session.isEmpty ? session : ownedByCurrentPeer(session)
             if !ownedSession.isEmpty { try checkSessionLimit(ownedSession) }

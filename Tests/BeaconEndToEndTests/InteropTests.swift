@@ -42,15 +42,11 @@ struct InteropTests {
     @Test("The same Python client, unchanged, against a relay (of a primary over ipc)",
           .enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
     func thePythonClientWorksAgainstARelay() throws {
-        let dir = try temporaryDirectory()
-        let primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
-        defer { primary.stop() }
-        let relay = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
-                                      extraArguments: ["--upstream", "ipc://\(dir)/primary-run/beacon.req"])
-        defer { relay.stop() }
-        let wire = try WireClient(runtimeDirectory: relay.runtimeDirectory)
-        let deadline = Date().addingTimeInterval(10)
-        while (try? wire.ping().upstream.reachable) != true && Date() < deadline { usleep(20_000) }
+        let (primary, relay) = try startPrimaryAndRelay(in: try temporaryDirectory())
+        defer {
+            relay.stop()
+            primary.stop()
+        }
         try Self.runPythonClient(runtimeDirectory: relay.runtimeDirectory)
         #expect(try WireClient(runtimeDirectory: primary.runtimeDirectory).get("py.b").version == 1, "the writes went to the primary")
     }

@@ -51,6 +51,17 @@ final class RelayCluster {
     }
 }
 
+/// A primary and a relay of it over ipc (no CURVE), in `directory` (`primary-run`, `run`),
+/// returned once the relay has reached its upstream.
+func startPrimaryAndRelay(in directory: String) throws -> (primary: DaemonProcess, relay: DaemonProcess) {
+    let primary = try DaemonProcess(runtimeDirectory: directory + "/primary-run", stateDirectory: directory + "/primary-state")
+    let relay = try DaemonProcess(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state",
+                                  extraArguments: ["--upstream", "ipc://\(directory)/primary-run/beacon.req"])
+    let run = relay.runtimeDirectory
+    eventually("the relay reaches its upstream") { (try? WireClient(runtimeDirectory: run).ping().upstream.reachable) == true }
+    return (primary, relay)
+}
+
 /// Aborts every tcp connection to `port` on loopback, as a dropped link would (`ss -K`, iproute2),
 /// and expects there was one at least.
 func dropConnections(toPort port: Int) throws {
@@ -381,13 +392,12 @@ struct RelayTests {
     @Test("beacon against a relay: set, get, ls, watch, history, stats and backup work as against the primary")
     func theCLIWorksAgainstARelay() async throws {
         let dir = try temporaryDirectory()
-        let primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
-        defer { primary.stop() }
-        let relay = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state",
-                                      extraArguments: ["--upstream", "ipc://\(dir)/primary-run/beacon.req"])
-        defer { relay.stop() }
+        let (primary, relay) = try startPrimaryAndRelay(in: dir)
+        defer {
+            relay.stop()
+            primary.stop()
+        }
         let run = relay.runtimeDirectory
-        eventually("the relay reaches its upstream") { (try? WireClient(runtimeDirectory: run).ping().upstream.reachable) == true }
         let set = try await beacon(["set", "cli.a", "1"], runtimeDirectory: run)
         #expect(set.status == 0, "\(set.stderr)")
         #expect(try await beacon(["get", "cli.a"], runtimeDirectory: run).stdout == "1\n", "read-your-writes through the relay")
