@@ -24,6 +24,13 @@ public struct FollowerCore: Sendable {
         case mirror
         /// Streams of changes: every change is released; a snapshot only where history is gone.
         case stream
+        /// A copy that republishes what it follows (a relay): every change, and each revision
+        /// only once every followed prefix is known to be complete through it, so that releases
+        /// are strictly in revision order (no late fills) and whole across all prefixes. A
+        /// follower that has not confirmed a revision another one released is caught up with a
+        /// delta; nothing is released before every follower has state; a refused follower holds
+        /// everything back until it is let in.
+        case ordered
     }
 
     /// A request the core needs answered.
@@ -355,7 +362,14 @@ public struct FollowerCore: Sendable {
     /// Every follower behind a snapshot waiting to be released must reach it; a live follower
     /// learns it has with one delta rather than waiting for traffic or a heartbeat.
     private mutating func dueCatchUps() {
-        guard mode == .mirror, let newest = pendingSnapshots.map(\.revision).max() else { return }
+        let target: UInt64?
+        switch mode {
+        case .mirror: target = pendingSnapshots.map(\.revision).max()
+        // The first revision held back by a follower that has not confirmed it (a relay's).
+        case .ordered: target = [pendingSnapshots.map(\.revision).max(), held.first?.revision].compactMap { $0 }.max()
+        case .stream: target = nil
+        }
+        guard let newest = target else { return }
         for prefix in followers.keys {
             let follower = followers[prefix]!
             if follower.isLive && follower.sequencer.through < newest {
@@ -435,7 +449,15 @@ public struct FollowerCore: Sendable {
     /// One whole revision under a follower's prefix, complete for that follower.
     private mutating func hold(_ events: [Beacon_V1_Event]) {
         guard let first = events.first else { return }
-        if first.parts == 1 && held.isEmpty && pendingSnapshots.isEmpty
+        if mode == .ordered {
+            if first.parts == 1 && held.isEmpty && pendingSnapshots.isEmpty && first.revision > releasedThrough
+                && first.revision <= settledRevision() {
+                ready.append(contentsOf: events)  // next in line, and every follower is through it
+                releasedThrough = first.revision
+                statistics.revisions += 1
+                return
+            }
+        } else if first.parts == 1 && held.isEmpty && pendingSnapshots.isEmpty
             && (first.revision <= streamHead || first.revision <= releasedThrough) {
             // One change with nothing held before it: it can leave as it is (the common case).
             // Or a repair filled in a one-change revision this follower missed while later ones
@@ -465,6 +487,11 @@ public struct FollowerCore: Sendable {
     /// The revision every follower with state is complete through.
     private func settledRevision() -> UInt64 {
         var floor = UInt64.max
+        if mode == .ordered {
+            // Every follower counts: one with no state yet, or refused, holds everything back.
+            for follower in followers.values { floor = min(floor, follower.hasState ? follower.sequencer.through : 0) }
+            return floor == .max ? releasedThrough : floor
+        }
         for follower in followers.values where follower.hasState && !follower.refused {
             floor = min(floor, follower.sequencer.through)
         }
@@ -543,7 +570,7 @@ public struct FollowerCore: Sendable {
         while count < held.count {
             let next = held[count]
             var whole = false
-            if next.revision <= streamHead {
+            if mode != .ordered && next.revision <= streamHead {
                 if next.parts == 1 {
                     whole = true
                 } else if next.markerSeen {

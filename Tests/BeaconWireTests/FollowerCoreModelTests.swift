@@ -11,6 +11,9 @@ import Testing
 /// the daemon's state. A failing seed is printed; `BEACON_FOLLOWER_SEED` replays it,
 /// `BEACON_FOLLOWER_TRACE=1` prints what happened, and `BEACON_FOLLOWER_CASES` runs more cases
 /// (`make soak-follower`).
+///
+/// In ``FollowerCore/Mode/ordered`` (a relay's), what is released is applied as it comes, with
+/// no check of what is newer, and every revision must come after everything released before it.
 @Suite struct FollowerCoreModelTests {
     static let keys = ["a.x", "a.y", "b.1", "b.2", "c", "d.q"]
     static let prefixes = ["a.x", "a.y", "b.", "c"]
@@ -96,10 +99,12 @@ import Testing
     }
 
     /// Runs one generated case; returns a failure description, or nil.
-    static func run(seed: UInt64, steps: Int) -> String? {
+    static func run(seed: UInt64, steps: Int, mode: FollowerCore.Mode = .mirror) -> String? {
         var random = SplitMix64(seed: seed)
         var daemon = Daemon()
-        var core = FollowerCore(mode: .mirror)
+        var core = FollowerCore(mode: mode)
+        let ordered = mode == .ordered
+        var lastReleased: UInt64 = 0  // in graphEpoch
         var queue: [WireClient.Publication] = []
         var mirror: [String: UInt64] = [:]  // key → revision of the value shown
         var graphEpoch: UInt64 = 0  // as MirrorGraph: revisions of another epoch are ignored
@@ -130,6 +135,18 @@ import Testing
                 if trace { print("release \(FollowerCoreTests.describe(release))") }
                 for step in release.steps {
                     switch step {
+                    case .revisions(let epoch, let events) where ordered:
+                        // A relay applies what it is given, in the order given.
+                        guard epoch == graphEpoch else { return "revisions of epoch \(epoch) released in epoch \(graphEpoch)" }
+                        let floor = lastReleased
+                        for event in events {
+                            if event.revision <= floor || event.revision < lastReleased {
+                                return "revision \(event.revision) released after \(lastReleased)"
+                            }
+                            lastReleased = event.revision
+                            if event.change.kind == .delete { mirror[event.change.key] = nil } else { mirror[event.change.key] = event.revision }
+                            epochOf[event.change.key] = epoch
+                        }
                     case .revisions(let epoch, let events):
                         guard epoch == graphEpoch else { continue }
                         for event in events where epochOf[event.change.key] ?? epoch == epoch
@@ -140,6 +157,14 @@ import Testing
                     case .snapshot(let prefix, let epoch, let revision, let kvs):
                         // As MirrorGraph: the graph takes the snapshot's epoch; what the prefix
                         // showed from another epoch is replaced, not merged.
+                        if ordered {
+                            if epoch == graphEpoch && revision < lastReleased {
+                                return "snapshot \(prefix)@\(revision) released after revision \(lastReleased)"
+                            }
+                            if epoch != graphEpoch { mirror.removeAll() }
+                            lastReleased = revision
+                            for key in mirror.keys where key.hasPrefix(prefix) { mirror[key] = nil }
+                        }
                         graphEpoch = epoch
                         visible.insert(prefix)
                         for key in mirror.keys where key.hasPrefix(prefix) && epochOf[key] != epoch {
@@ -235,7 +260,8 @@ import Testing
         return nil
     }
 
-    @Test func generatedRunsNeverShowHalfATransactionAndConverge() {
+    @Test(arguments: [FollowerCore.Mode.mirror, .ordered])
+    func generatedRunsNeverShowHalfATransactionAndConverge(mode: FollowerCore.Mode) {
         let environment = ProcessInfo.processInfo.environment
         let cases = environment["BEACON_FOLLOWER_CASES"].flatMap(UInt64.init) ?? 1000
         // Seeds that once failed (a late one-change fill leaving ahead of a held transaction).
@@ -244,7 +270,7 @@ import Testing
             ?? regressions + Array(1...max(cases, 1))
         var failures: [String] = []
         for seed in seeds {
-            if let failure = Self.run(seed: seed, steps: 300) { failures.append("seed \(seed): \(failure)") }
+            if let failure = Self.run(seed: seed, steps: 300, mode: mode) { failures.append("seed \(seed) (\(mode)): \(failure)") }
             if failures.count >= 5 { break }
         }
         #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")

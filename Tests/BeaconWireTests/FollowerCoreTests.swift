@@ -289,4 +289,65 @@ import Testing
         core.retryRefused()
         #expect(core.nextFetch()?.kind == .snapshot)
     }
+
+    // MARK: Ordered (a relay's)
+
+    /// Two prefixes followed in order, `a.` and `b.`, synced at revision 10.
+    static func orderedPair() -> FollowerCore {
+        var core = FollowerCore(mode: .ordered)
+        core.follow("a.")
+        core.follow("b.")
+        let first = core.nextFetch()!
+        core.complete(first, with: Self.snapshot([(first.prefix + "k", 1)], revision: 10))
+        #expect(core.takeRelease() == nil, "one prefix's state left before the other had any")
+        let second = core.nextFetch()!
+        core.complete(second, with: Self.snapshot([(second.prefix + "k", 1)], revision: 10))
+        #expect(Self.describe(core.takeRelease()).sorted() == ["snap a.@10", "snap b.@10"])
+        #expect(core.nextFetch() == nil)
+        return core
+    }
+
+    /// A revision of one prefix waits until the other is known to be complete through it: the
+    /// other's change at an earlier revision may have been dropped, and a relay cannot apply it
+    /// late.
+    @Test func orderedReleasesNothingAheadOfAnUnconfirmedPrefix() {
+        var core = Self.orderedPair()
+        // a.k@11 is dropped; b.k@12 arrives.
+        core.receive(Self.diff(Self.event("b.k", 12, revision: 12), marks: [("b.", 10, 1)]))
+        #expect(core.takeRelease() == nil, "b.k@12 left before a. confirmed 11")
+        // a. is caught up with a delta rather than waiting for its next diff or a heartbeat.
+        let catchUp = core.nextFetch()
+        #expect(catchUp == FollowerCore.Fetch(prefix: "a.", kind: .delta(since: 10, snapshotIfSmaller: false)))
+        core.complete(catchUp!, with: Self.page([Self.event("a.k", 11, revision: 11)], through: 12))
+        #expect(Self.describe(core.takeRelease()) == ["11 a.k=11", "12 b.k=12"])
+        // a.'s live diff of 11 arrives late: already released.
+        core.receive(Self.diff(Self.event("a.k", 11, revision: 11), marks: [("a.", 10, 1)]))
+        #expect(core.takeRelease() == nil)
+        #expect(core.nextFetch() == nil)
+    }
+
+    /// With traffic in every prefix, their own diffs confirm each other: no fetch.
+    @Test func orderedReleasesInOrderWhenEveryPrefixConfirms() {
+        var core = Self.orderedPair()
+        core.receive(Self.diff(Self.event("a.k", 11, revision: 11), marks: [("a.", 10, 1)]))
+        #expect(core.takeRelease() == nil, "b. has not confirmed 11")
+        core.receive(Self.diff(Self.event("b.k", 12, revision: 12), marks: [("b.", 10, 1)]))
+        #expect(Self.describe(core.takeRelease()) == ["11 a.k=11"])
+        core.receive(Self.heartbeat(head: 12, prefixes: [("a.", 11), ("b.", 12)]))
+        #expect(Self.describe(core.takeRelease()) == ["12 b.k=12"])
+    }
+
+    /// A transaction across both prefixes leaves as one revision with all of its parts.
+    @Test func orderedReleasesATransactionAcrossPrefixesWhole() {
+        var core = Self.orderedPair()
+        let a = Self.event("a.k", 11, revision: 11, part: 0, parts: 2)
+        let b = Self.event("b.k", 11, revision: 11, part: 1, parts: 2)
+        core.receive(Self.diff(a, marks: [("a.", 10, 1)]))
+        #expect(core.takeRelease() == nil)
+        core.receive(Self.diff(b, marks: [("b.", 10, 1)]))
+        core.receive(Self.marker(revision: 11, parts: 2, marks: [("a.", 10, 1), ("b.", 10, 1)]))
+        let release = core.takeRelease()
+        #expect(Self.describe(release) == ["11 a.k=11", "11 b.k=11"])
+        #expect(release?.steps.count == 1)
+    }
 }
