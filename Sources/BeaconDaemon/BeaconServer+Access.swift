@@ -97,7 +97,7 @@ extension BeaconServer {
     /// Refuses a read of `key` the current peer may not read.
     func checkRead(key: String) throws(Refusal) {
         if !current.rights.read.contains(key: key) { throw denied("read '\(key)'", key: key) }
-        if let relay, !key.hasPrefix(relay.link.endpoint.prefix) { throw outsideRelay(key) }
+        if let relay, !relay.link.endpoint.carries(key) { throw outsideRelay(key) }
     }
 
     /// Refuses a read under `prefix` unless the current peer may read every key under it.
@@ -105,7 +105,7 @@ extension BeaconServer {
         if !current.rights.read.covers(prefix: prefix) {
             throw denied("read under '\(prefix)' (readable: \(current.rights.read))", key: prefix)
         }
-        if let relay, !prefix.hasPrefix(relay.link.endpoint.prefix) { throw outsideRelay(prefix) }
+        if let relay, !relay.link.endpoint.carries(prefix) { throw outsideRelay(prefix) }
     }
 
     // MARK: Publish socket

@@ -64,11 +64,19 @@ extension BeaconServer {
             throw DaemonError(.startup, "cannot keep the relay's write id key in \(configuration.stateDirectory): \(error)")
         }
         do {
-            // What the journal holds is the upstream's through its head if the epochs match; the
-            // link finds out with its first delta, and takes a snapshot otherwise.
-            let link = try UpstreamLink(endpoint: .init(request: settings.requestEndpoint, publish: publish, curve: settings.curve,
-                                                        prefix: settings.prefix),
-                                        context: context, after: pipeline.journal.headRevision, epoch: pipeline.epoch, logger: logger)
+            // What the journal holds is the upstream's through its head if it copied the same
+            // prefixes and the epochs match (the link finds out with its first delta); otherwise
+            // the link starts with snapshots.
+            let endpoint = UpstreamLink.Endpoint(request: settings.requestEndpoint, publish: publish, curve: settings.curve,
+                                                 prefixes: settings.carriedPrefixes)
+            let journal = pipeline.journal
+            let resumable = journal.contentScope == endpoint.scope
+            if !resumable && journal.headRevision > 0 {
+                logger.notice("the journal holds no copy of these upstream prefixes: the relay takes them anew", metadata: [
+                    "prefixes": "\(endpoint.prefixes)", "journal.head": "\(journal.headRevision)"])
+            }
+            let link = try UpstreamLink(endpoint: endpoint, context: context, after: resumable ? journal.headRevision : 0,
+                                        epoch: pipeline.epoch, logger: logger)
             relay = RelayState(link: link, ids: ids)
         } catch {
             throw DaemonError(.startup, "cannot open the upstream link: \(error)")
@@ -87,8 +95,8 @@ extension BeaconServer {
             switch event {
             case .revisions(let epoch, let revisions):
                 staged = stageMirrored(epoch: epoch, revisions) || staged
-            case .snapshot(let epoch, let revision, let kvs):
-                replaceWithUpstream(epoch: epoch, revision: revision, kvs: kvs)
+            case .reset(let epoch, let revision, let steps):
+                replaceWithUpstream(epoch: epoch, revision: revision, steps: steps)
             case .answered(let token, let reply):
                 answerForwarded(token: token, reply)
             case .status(let status):
@@ -127,6 +135,18 @@ extension BeaconServer {
         return staged
     }
 
+    /// One upstream change applied to a state being rebuilt.
+    private static func apply(_ event: Beacon_V1_Event, to state: inout [String: JournalEntry]) {
+        let change = event.change
+        guard change.kind == .put else {
+            state[change.key] = nil
+            return
+        }
+        state[change.key] = JournalEntry(key: change.key, value: (try? change.value.serializedBytes()) ?? [], version: change.version,
+                                         createRevision: change.createRevision, modRevision: event.revision,
+                                         expiresAtMilliseconds: change.expiresAtMs, isDeleted: false, modTimeMilliseconds: event.timestampMs)
+    }
+
     private static func mirroredChange(_ event: Beacon_V1_Event, part: UInt32, parts: UInt32) -> JournalChange {
         let change = event.change
         let kind: ChangeKind = switch change.kind {
@@ -141,33 +161,53 @@ extension BeaconServer {
             expiresAtMilliseconds: change.expiresAtMs, timestampMilliseconds: event.timestampMs)
     }
 
-    /// Replaces the journal and the store with the upstream's state at `revision` (first sync, a
-    /// new upstream epoch, or history the upstream compacted away). Local clients learn of it by
-    /// the next heartbeat, sent at once: a new epoch makes them resync, a head past their
+    /// Replaces the journal and the store with the upstream's state at `revision` of everything
+    /// carried (first sync, a new upstream epoch, history the upstream compacted away, other
+    /// prefixes than the journal copied): what the relay holds (nothing of it in a new epoch), with
+    /// `steps` — snapshots and the revisions between them — applied in order. Local clients learn
+    /// of it by the next heartbeat, sent at once: a new epoch makes them resync, a head past their
     /// position makes them ask for a delta, which is answered COMPACTED, and they resync.
-    private func replaceWithUpstream(epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue]) {
+    private func replaceWithUpstream(epoch: UInt64, revision: UInt64, steps: [FollowerCore.Step]) {
         flushWrites()
-        let entries = kvs.map { kv in
-            JournalEntry(key: kv.key, value: (try? kv.value.serializedBytes()) ?? [], version: kv.version,
-                         createRevision: kv.createRevision, modRevision: kv.modRevision,
-                         expiresAtMilliseconds: kv.expiresAtMs, isDeleted: false, modTimeMilliseconds: kv.modTimeMs)
-        }
+        let endpoint = relay!.link.endpoint
         let previousEpoch = pipeline.epoch
         do {
-            try pipeline.journal.replaceContents(epoch: epoch, revision: revision, entries: entries)
+            var state: [String: JournalEntry] = [:]
+            if epoch == pipeline.epoch {
+                for entry in try pipeline.journal.loadState() where !entry.isDeleted && endpoint.carries(entry.key) {
+                    state[entry.key] = entry
+                }
+            }
+            for step in steps {
+                switch step {
+                case .revisions(_, let events):
+                    for event in events { Self.apply(event, to: &state) }
+                case .snapshot(let prefix, _, _, let kvs):
+                    state = state.filter { !$0.key.hasPrefix(prefix) }
+                    for kv in kvs {
+                        state[kv.key] = JournalEntry(key: kv.key, value: (try? kv.value.serializedBytes()) ?? [], version: kv.version,
+                                                     createRevision: kv.createRevision, modRevision: kv.modRevision,
+                                                     expiresAtMilliseconds: kv.expiresAtMs, isDeleted: false, modTimeMilliseconds: kv.modTimeMs)
+                    }
+                case .resumed:
+                    break
+                }
+            }
+            try pipeline.journal.replaceContents(epoch: epoch, revision: revision, entries: Array(state.values), scope: endpoint.scope)
             try loadState()
         } catch {
             logger.error("the upstream's snapshot could not be journaled; following again", metadata: ["error": "\(error)"])
             relay!.link.resume(after: 0, epoch: 0)
             return
         }
+        let keys = store.count
         writeIDs.removeAll()
         writeIDOrder.removeAll()
         writeIDOrderStart = 0
         publisher.tracker.restart(at: revision)
         answerCompactionWaiters(removed: 0)  // what a compaction under way would have removed is gone
         logger.notice("the relay took the upstream's state", metadata: [
-            "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(entries.count)"])
+            "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(keys)"])
         mirrorAdvanced()
         publishHeartbeat()
     }
@@ -309,7 +349,7 @@ extension BeaconServer {
         }
         if isWrite {
             try checkWriteRights(ops)
-            for (index, item) in ops.enumerated() where !item.key.hasPrefix(relay!.link.endpoint.prefix) {
+            for (index, item) in ops.enumerated() where !relay!.link.endpoint.carries(item.key) {
                 var refusal = outsideRelay(item.key)
                 refusal.operationIndex = UInt32(index)
                 throw refusal
@@ -392,7 +432,8 @@ extension BeaconServer {
     /// The refusal of a key or prefix outside what this relay carries.
     func outsideRelay(_ keyOrPrefix: String) -> Refusal {
         counters.accessDenied += 1
-        return Refusal(.permissionDenied, "this relay carries only the keys under '\(relay!.link.endpoint.prefix)'; "
+        let carried = relay!.link.endpoint.prefixes.map { "'\($0)'" }.joined(separator: ", ")
+        return Refusal(.permissionDenied, "this relay carries only the keys under \(carried); "
             + "'\(keyOrPrefix)' is not among them (ask its upstream, \(relay!.link.endpoint.request))", key: keyOrPrefix)
     }
 

@@ -61,8 +61,17 @@ public struct DaemonConfiguration: Sendable, Equatable {
         public var serverKey: String?
         /// This relay's CURVE key file (`beacon keygen`); the upstream's rules name its public key.
         public var keyFile: String?
-        /// The one prefix this relay carries (`upstream_prefix`); empty: every key.
-        public var prefix = ""
+        /// The prefixes this relay carries (`upstream_prefix`, one or more); none: every key.
+        public var prefixes: [String] = []
+        /// The prefixes this relay carries, sorted, without any that lies under another:
+        /// `[""]` for every key.
+        public var carriedPrefixes: [String] {
+            var carried: [String] = []
+            for prefix in Set(prefixes).sorted() where !carried.contains(where: { prefix.hasPrefix($0) }) {
+                carried.append(prefix)  // sorted: a prefix comes before those under it
+            }
+            return carried.isEmpty ? [""] : carried
+        }
         /// The CURVE credentials read by ``DaemonConfiguration/validate()``.
         public var curve: CurveCredentials?
 
@@ -92,8 +101,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
             guard resolvedPublishEndpoint != nil else {
                 throw PolicyError("upstream_publish is needed: no publish endpoint follows from '\(requestEndpoint)'")
             }
-            if let problem = KeyPath.problem(prefix: prefix) {
-                throw PolicyError("upstream_prefix '\(prefix)': \(problem)")
+            for prefix in prefixes {
+                if let problem = KeyPath.problem(prefix: prefix) { throw PolicyError("upstream_prefix '\(prefix)': \(problem)") }
             }
             curve = nil
             guard serverKey != nil || keyFile != nil else { return }
@@ -279,7 +288,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
                 switch name {
                 case "upstream_publish": copy.upstream!.publishEndpoint = setting
                 case "upstream_server_key": copy.upstream!.serverKey = setting
-                case "upstream_prefix": copy.upstream!.prefix = value
+                case "upstream_prefix":
+                    // One or more, separated by spaces or commas; each line adds to the list.
+                    copy.upstream!.prefixes += value.split { $0 == " " || $0 == "," }.map(String.init)
                 default: copy.upstream!.keyFile = setting
                 }
             case "tcp_insecure":

@@ -7,9 +7,12 @@ extension Journal {
     /// compacted revision are `revision`, the log holds each live key's last change (so that
     /// snapshots at the head read as they do after a compaction), and history below is gone.
     /// Appends continue above `revision` with the other journal's revisions.
-    /// - Parameter entries: the live keys at `revision`, as the other journal has them.
+    /// - Parameters:
+    ///   - entries: the live keys at `revision`, as the other journal has them.
+    ///   - scope: what of the other journal `entries` cover, named by the caller (a relay's
+    ///     prefixes); kept as ``contentScope``.
     /// - Throws: ``JournalError``; the journal is unchanged then.
-    public func replaceContents(epoch newEpoch: UInt64, revision: UInt64, entries: [JournalEntry]) throws(JournalError) {
+    public func replaceContents(epoch newEpoch: UInt64, revision: UInt64, entries: [JournalEntry], scope: UInt64) throws(JournalError) {
         precondition(newEpoch != 0, "an epoch is never 0")
         // A key's last change goes into the log at its own revision; keys sharing a revision (a
         // transaction's) take parts in key order.
@@ -37,11 +40,12 @@ extension Journal {
                 }
                 let meta = try database.prepare("""
                     INSERT INTO meta(name, value) VALUES ('epoch', ?1), ('compacted_revision', ?2),
-                      ('compaction_finished', ?2), ('state_revision', ?2)
+                      ('compaction_finished', ?2), ('state_revision', ?2), ('content_scope', ?3)
                     ON CONFLICT(name) DO UPDATE SET value = excluded.value
                     """)
                 meta.bind(1, Int64(bitPattern: newEpoch))
                 meta.bind(2, revision)
+                meta.bind(3, Int64(bitPattern: scope))
                 try meta.run()
             }
         } catch {
@@ -51,6 +55,7 @@ extension Journal {
         headRevision = revision
         compactedRevision = revision
         stateRevision = revision
+        contentScope = scope
         compaction = nil
         resetUnsavedChanges()
     }

@@ -17,7 +17,7 @@ public final class Journal {
     /// Where the journal lives.
     public let path: String
     /// The journal's identity: random, chosen when the file was created, kept across restarts
-    /// (a relay's takes its upstream's, ``replaceContents(epoch:revision:entries:)``). Read for
+    /// (a relay's takes its upstream's, ``replaceContents(epoch:revision:entries:scope:)``). Read for
     /// every diff the daemon publishes, so without a dynamic exclusivity check.
     @exclusivity(unchecked) public internal(set) var epoch: UInt64 = 0
     /// The highest committed revision (0 for a new journal).
@@ -26,6 +26,9 @@ public final class Journal {
     public internal(set) var compactedRevision: UInt64 = 0
     /// The compaction under way, if any (see ``beginCompaction(through:)``).
     var compaction: CompactionRun?
+    /// What of another journal this one copies, as its copier named it when it last replaced
+    /// the contents (``replaceContents(epoch:revision:entries:scope:)``); `nil` if it never did.
+    public internal(set) var contentScope: UInt64?
 
     let database: SQLiteDatabase
     // Read for every append: no dynamic exclusivity check (a journal is used by one thread at
@@ -252,6 +255,7 @@ public final class Journal {
         epoch = UInt64(bitPattern: try database.scalarInt("SELECT value FROM meta WHERE name = 'epoch'") ?? 0)
         compactedRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'compacted_revision'") ?? 0)
         stateRevision = UInt64(try database.scalarInt("SELECT value FROM meta WHERE name = 'state_revision'") ?? 0)
+        contentScope = try database.scalarInt("SELECT value FROM meta WHERE name = 'content_scope'").map { UInt64(bitPattern: $0) }
         let lastChange = UInt64(try database.scalarInt("SELECT \(LogPosition.revisionSQL("max(position)")) FROM change_log") ?? 0)
         headRevision = max(lastChange, compactedRevision)
         unsavedChanges = headRevision > stateRevision ? nil : []

@@ -67,8 +67,8 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("This relay's CURVE key file (beacon keygen); the upstream's rules name its public key.", valueName: "file"))
     var upstreamKeyFile: String?
 
-    @Option(name: .long, help: ArgumentHelp("Carry only the keys under this prefix (default: every key).", valueName: "prefix"))
-    var upstreamPrefix: String?
+    @Option(name: .long, help: ArgumentHelp("Carry only the keys under this prefix; repeat for several (default: every key).", valueName: "prefix"))
+    var upstreamPrefix: [String] = []
 
     @Flag(name: .long, help: "Check the configuration (file, flags, access rules, CURVE key) and exit: 0 valid, 78 invalid.")
     var checkConfig = false
@@ -176,11 +176,11 @@ struct Beacond: AsyncParsableCommand {
             configuration.upstream = configuration.upstream ?? DaemonConfiguration.UpstreamSettings(requestEndpoint: upstream)
             configuration.upstream!.requestEndpoint = upstream
         }
-        if upstreamPublish != nil || upstreamServerKey != nil || upstreamKeyFile != nil || upstreamPrefix != nil {
+        if upstreamPublish != nil || upstreamServerKey != nil || upstreamKeyFile != nil || !upstreamPrefix.isEmpty {
             guard configuration.upstream != nil else {
                 throw ValidationError("--upstream-publish, --upstream-server-key, --upstream-key-file and --upstream-prefix need --upstream")
             }
-            if let upstreamPrefix { configuration.upstream!.prefix = upstreamPrefix }
+            if !upstreamPrefix.isEmpty { configuration.upstream!.prefixes = upstreamPrefix }
             if let upstreamPublish { configuration.upstream!.publishEndpoint = upstreamPublish }
             if let upstreamServerKey { configuration.upstream!.serverKey = upstreamServerKey }
             if let upstreamKeyFile { configuration.upstream!.keyFile = upstreamKeyFile }
@@ -205,7 +205,7 @@ struct Beacond: AsyncParsableCommand {
             lines.append("no allow rules: every peer that can open the sockets may read and write every key")
         }
         if let upstream = configuration.upstream {
-            lines.append("relay of \(upstream.requestEndpoint)\(upstream.prefix.isEmpty ? "" : ", keys under '\(upstream.prefix)'") (publish \(upstream.resolvedPublishEndpoint ?? "?"), "
+            lines.append("relay of \(upstream.requestEndpoint)\(upstream.carriedPrefixes == [""] ? "" : ", keys under " + upstream.carriedPrefixes.map { "'\($0)'" }.joined(separator: ", ")) (publish \(upstream.resolvedPublishEndpoint ?? "?"), "
                 + (upstream.curve == nil ? "no CURVE)" : "CURVE as \(upstream.curve!.keys.publicKey))"))
         }
         if let keys = configuration.curveKeys { lines.append("CURVE public key = \(keys.publicKey)") }

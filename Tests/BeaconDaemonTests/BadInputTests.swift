@@ -112,7 +112,7 @@ struct BadInputTests {
         var upstream = DaemonConfiguration.UpstreamSettings(
             requestEndpoint: "tcp://10.0.0.1:7401", publishEndpoint: "tcp://10.0.0.1:7402",
             serverKey: "/etc/beacon/upstream.pub", keyFile: "/etc/beacon/relay.key")
-        upstream.prefix = "arm."
+        upstream.prefixes = ["arm."]
         #expect(configuration.upstream == upstream)
         configuration.extraRequestEndpoints = []
         configuration.extraPublishEndpoints = []
@@ -143,6 +143,21 @@ struct BadInputTests {
         #expect(throws: DaemonConfiguration.FileError(path: "b.conf", line: 1, reason: "'upstream_key_file' needs an 'upstream = ENDPOINT' line before it")) {
             try fresh.apply(fileContents: "upstream_key_file = /k\n", path: "b.conf")
         }
+    }
+
+    @Test func aRelaysPrefixesAreListedOnOneLineOrManyAndNestedOnesFold() throws {
+        var configuration = DaemonConfiguration(runtimeDirectory: "/r", stateDirectory: "/s")
+        try configuration.apply(fileContents: """
+            upstream = tcp://10.0.0.1:7401
+            upstream_prefix = cam. arm.
+            upstream_prefix = arm.joint.,lidar.
+            """, path: "b.conf")
+        #expect(configuration.upstream?.prefixes == ["cam.", "arm.", "arm.joint.", "lidar."])
+        #expect(configuration.upstream?.carriedPrefixes == ["arm.", "cam.", "lidar."])
+        configuration.upstream?.prefixes.append("")
+        #expect(configuration.upstream?.carriedPrefixes == [""], "the empty prefix is every key")
+        configuration.upstream?.prefixes = ["ok.", "bad..key"]
+        #expect(throws: PolicyError.self) { try configuration.validate() }
     }
 
     @Test func configurationFileErrorsNameTheLine() throws {

@@ -146,10 +146,10 @@ func daemonState(_ client: WireClient, prefix: String) throws -> [String: Int] {
     return state
 }
 
-/// Every change under `prefix` in the daemon's journal, in order.
-func daemonHistory(_ client: WireClient, prefix: String) throws -> [(revision: UInt64, key: String, value: Int?)] {
+/// Every change under `prefix` in the daemon's journal after `revision`, in order.
+func daemonHistory(_ client: WireClient, prefix: String, after revision: UInt64 = 0) throws -> [(revision: UInt64, key: String, value: Int?)] {
     var events: [(revision: UInt64, key: String, value: Int?)] = []
-    var since: UInt64 = 0
+    var since = revision
     while true {
         let page = try client.delta(prefix: prefix, since: since)
         for event in page.events {

@@ -351,6 +351,115 @@ struct RelayTests {
         #expect(stats.upstream.reachable && stats.upstream.headRevision == written.revision, "the upstream's last revision under a.")
     }
 
+    @Test("A relay of several prefixes keeps the upstream's transactions across them whole and in order under dropped links, small high-water marks and a kill -9; restarted with other prefixes it takes them anew")
+    func aRelayOfSeveralPrefixes() async throws {
+        let cluster = try RelayCluster()
+        let port = RelayCluster.ports()
+        let relayKey = try cluster.key("relay").publicKey
+        let small = ["publish_hwm = 20"]
+        // The upstream lets the relay read only what it carries (and c., for its second life).
+        let primary = try cluster.start("primary", port: port, lines: small + ["allow = key:\(relayKey) read=a.,b.,c. write=a.,b."])
+        defer { primary.stop() }
+        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        for index in 0..<5 {
+            for prefix in ["a.", "b.", "c."] { _ = try root.put("\(prefix)k\(index)", .with { $0.intValue = Int64(index) }) }
+        }
+        let carrying = small + ["upstream_prefix = a. b.", "upstream_prefix = a.nested."]
+        var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: carrying)
+        defer { relayDaemon.stop() }
+        func list(_ client: WireClient, _ prefix: String) throws -> [Beacon_V1_KeyValue] {
+            guard case .list(let list) = try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: 5000).result else { return [] }
+            return list.kvs
+        }
+        let relayDirectory = relayDaemon.runtimeDirectory
+        eventually("the relay carries a. and b.") {
+            guard let relay = try? WireClient(runtimeDirectory: relayDirectory) else { return false }
+            return (try? list(relay, "a.")) == (try? list(root, "a.")) && (try? list(relay, "b.")) == (try? list(root, "b."))
+        }
+        let probe = try ProbeProcess(runtimeDirectory: relayDirectory, prefix: "b.k", highWaterMark: 20, pair: ("a.x", "b.y"))
+        defer { probe.stop() }
+        #expect(try await probe.waitForState { _, connection in connection == "live" })
+
+        // At the primary: transactions over a.x, b.y and a b.k key; between them, writes that
+        // touch only a. (the relay must confirm b. before passing them on) or only c.
+        let stop = Atomic<Bool>(false)
+        let lastTransaction = Atomic<Int>(0)
+        let primaryDirectory = primary.runtimeDirectory
+        let writers = DispatchGroup()
+        DispatchQueue.global().async(group: writers) {
+            guard let client = try? WireClient(runtimeDirectory: primaryDirectory) else { return }
+            var i = 1
+            while !stop.load(ordering: .relaxed) {
+                let ops: [Beacon_V1_TxnOp] = ["a.x", "b.y", "b.k\(i % 20)"].map { key in
+                    .with { $0.put = .with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } } }
+                }
+                if (try? client.transaction(ops, writeID: Array("t\(i)".utf8), timeoutMilliseconds: 500)) != nil {
+                    lastTransaction.store(i, ordering: .relaxed)
+                    _ = try? client.put("a.only\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
+                    _ = try? client.put("c.k\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
+                    i += 1
+                }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        try dropConnections(toPort: port + 1)  // the relay's subscription to the primary
+        try await Task.sleep(for: .milliseconds(300))
+        kill(relayDaemon.process.processIdentifier, SIGSTOP)  // its queues from the primary overflow
+        try await Task.sleep(for: .milliseconds(500))
+        kill(relayDaemon.process.processIdentifier, SIGCONT)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(relayDaemon.stop(signal: SIGKILL) == SIGKILL)
+        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: carrying)
+        try await Task.sleep(for: .milliseconds(500))
+        stop.store(true, ordering: .relaxed)
+        writers.wait()
+
+        let total = lastTransaction.load(ordering: .relaxed)
+        #expect(total > 50, "the writer should have been acknowledged many times")
+        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        eventually("the relay ends equal to the primary under a. and b.", seconds: 30) {
+            (try? list(relay, "a.")) == (try? list(root, "a.")) && (try? list(relay, "b.")) == (try? list(root, "b."))
+        }
+        #expect(try relay.ping().epoch == root.ping().epoch)
+        // Its history under each prefix is the primary's, revision for revision, from where its
+        // own history starts.
+        let since = try relay.stats().compactedRevision
+        for prefix in ["a.", "b."] {
+            let relayDelta = try daemonHistory(relay, prefix: prefix, after: since)
+            let rootDelta = try daemonHistory(root, prefix: prefix, after: since)
+            let relayChanges = relayDelta.map { "\($0.revision) \($0.key)" }, rootChanges = rootDelta.map { "\($0.revision) \($0.key)" }
+            let first = zip(relayChanges, rootChanges).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+                ?? min(relayChanges.count, rootChanges.count)
+            let difference = "\(prefix): \(relayChanges.count) changes at the relay, \(rootChanges.count) at the primary; from the first "
+                + "difference: relay \(relayChanges.dropFirst(first).prefix(3)), primary \(rootChanges.dropFirst(first).prefix(3))"
+            #expect(relayChanges == rootChanges, "\(difference)")
+        }
+        #expect(refusal { _ = try relay.get("c.k1") }?.message.contains("carries only the keys under 'a.', 'b.'") == true)
+        #expect(refusal { _ = try everything(relay) }?.code == .permissionDenied, "a list wider than a carried prefix is refused")
+
+        // A client of the relay mirroring a.x and b.y never saw half a transaction, nor a value
+        // go back, and ends at the last one.
+        let deadline = ContinuousClock.now + .seconds(30)
+        func runs() -> [[Int]] { probe.lines.filter { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } } }
+        while runs().last != [total, total] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let effectRuns = runs()
+        #expect(effectRuns.last == [total, total])
+        #expect(effectRuns.allSatisfy { $0[0] == $0[1] }, "an effect saw half a transaction: \(effectRuns.filter { $0[0] != $0[1] }.prefix(5))")
+        #expect(zip(effectRuns, effectRuns.dropFirst()).allSatisfy { $0[0] < $1[0] }, "values went backwards or repeated")
+        let history = probe.history
+        #expect(zip(history, history.dropFirst()).allSatisfy { $0.revision < $1.revision }, "history went back or repeated")
+
+        // Restarted to carry a. and c.: it takes them anew; b. is no longer carried.
+        relayDaemon.stop()
+        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: small + ["upstream_prefix = a., c."])
+        let second = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        eventually("the restarted relay carries a. and c.") {
+            (try? list(second, "c.")) == (try? list(root, "c.")) && (try? list(second, "a.")) == (try? list(root, "a."))
+        }
+        #expect(refusal { _ = try second.get("b.y") }?.code == .permissionDenied)
+        #expect(relayDaemon.stderr.contains("the relay takes them anew"))
+    }
+
     @Test("A relay whose key the upstream does not list says why in its log, reports the upstream unreachable and refuses writes")
     func aRefusedRelayLogsWhy() throws {
         let cluster = try RelayCluster()

@@ -2,7 +2,7 @@ import BeaconJournal
 import Foundation
 import Testing
 
-/// ``Journal/replaceContents(epoch:revision:entries:)``: a relay's journal taking its upstream's
+/// ``Journal/replaceContents(epoch:revision:entries:scope:)``: a relay's journal taking its upstream's
 /// state, then going on with the upstream's revisions.
 @Suite(.timeLimit(.minutes(1)))
 struct JournalMirrorTests {
@@ -20,8 +20,9 @@ struct JournalMirrorTests {
         var journal: Journal? = try Journal(path: path)
         try journal!.append([put(1, "old", "gone", version: 1)])
         try journal!.append([put(2, "a.x", "old", version: 1)])
+        #expect(journal!.contentScope == nil, "a journal that never copied another names no scope")
         let upstreamEpoch: UInt64 = 0x7000_0000_0000_0001
-        try journal!.replaceContents(epoch: upstreamEpoch, revision: 50, entries: Self.entries)
+        try journal!.replaceContents(epoch: upstreamEpoch, revision: 50, entries: Self.entries, scope: 0xFFFF_0000_0000_0042)
 
         for reopened in [false, true] {
             if reopened {
@@ -30,6 +31,7 @@ struct JournalMirrorTests {
             }
             let replaced = try #require(journal)
             #expect(replaced.epoch == upstreamEpoch)
+            #expect(replaced.contentScope == 0xFFFF_0000_0000_0042)
             #expect(replaced.headRevision == 50 && replaced.compactedRevision == 50)
             #expect(!replaced.isCompacting)
             #expect(try replaced.loadState() == Self.entries, "reopened: \(reopened)")
@@ -47,7 +49,7 @@ struct JournalMirrorTests {
     @Test func anEmptyStateLeavesAnEmptyJournalAtTheRevision() throws {
         let journal = try Journal(path: try temporaryDirectory() + "/relay.sqlite")
         try journal.append([put(1, "k", "v", version: 1)])
-        try journal.replaceContents(epoch: 9, revision: 7, entries: [])
+        try journal.replaceContents(epoch: 9, revision: 7, entries: [], scope: 1)
         #expect(journal.epoch == 9 && journal.headRevision == 7)
         #expect(try journal.loadState().isEmpty)
         try journal.append([put(8, "k", "v", version: 1)])

@@ -8,17 +8,21 @@ import Logging
 enum UpstreamEvent {
     /// Whole revisions of the upstream, in order, each as its events.
     case revisions(epoch: UInt64, [[Beacon_V1_Event]])
-    /// The upstream's whole state at `revision`: what the relay holds is to be replaced by it.
-    case snapshot(epoch: UInt64, revision: UInt64, kvs: [Beacon_V1_KeyValue])
+    /// Snapshots of some or all of the carried prefixes, with the revisions between them, up to
+    /// the last snapshot's `revision`: applied in order to what the relay holds (nothing of it
+    /// when `epoch` is new), they give the upstream's state at `revision` of everything carried,
+    /// which replaces the relay's journal (history below `revision` is gone).
+    case reset(epoch: UInt64, revision: UInt64, steps: [FollowerCore.Step])
     /// The upstream's answer to a forwarded request; `nil` when none came in time.
     case answered(token: UInt64, Beacon_V1_Reply?)
     /// The link came up or went stale, or the upstream's head moved.
     case status(UpstreamLink.Status)
 }
 
-/// A relay's connection to the daemon it mirrors: follows every key of the upstream by the
-/// protocol's subscriber rules (one `FollowerCore` in stream mode) and forwards the writes of the
-/// relay's clients.
+/// A relay's connection to the daemon it mirrors: follows the prefixes it carries (or every key)
+/// by the protocol's subscriber rules (one `FollowerCore` in ordered mode: whole revisions,
+/// strictly in the upstream's order, across all of them) and forwards the writes of the relay's
+/// clients.
 ///
 /// Part of the loop's state: its sockets are polled by the loop with the daemon's own, and
 /// ``service(into:)`` does what they and the clock call for without ever blocking, so that an
@@ -30,8 +34,27 @@ final class UpstreamLink {
         var request: String
         var publish: String
         var curve: CurveCredentials?
-        /// The keys followed: those under this prefix (empty: every key).
-        var prefix = ""
+        /// The keys followed: those under these prefixes, none under another (`[""]`: every key).
+        var prefixes = [""]
+
+        /// Whether every key is followed.
+        var carriesEverything: Bool { prefixes == [""] }
+
+        /// Whether `keyOrPrefix` lies under a followed prefix.
+        func carries(_ keyOrPrefix: String) -> Bool {
+            prefixes.contains { keyOrPrefix.utf8.starts(with: $0.utf8) }
+        }
+
+        /// The followed prefixes as one number, kept in the journal with what was copied
+        /// (``Journal/contentScope``): a relay started with other prefixes takes new snapshots.
+        var scope: UInt64 {
+            // FNV-1a, 64 bits, over the prefixes each followed by a 0 byte: stable across builds.
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for prefix in prefixes {
+                for byte in Array(prefix.utf8) + [0] { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            }
+            return hash
+        }
     }
 
     /// The link as the relay reports it (`Ping`, heartbeats, `Stats`, systemd's status).
@@ -92,23 +115,25 @@ final class UpstreamLink {
             try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
         }
         try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
-        try subscriber.subscribe(Array(endpoint.prefix.utf8))
+        for prefix in endpoint.prefixes { try subscriber.subscribe(Array(prefix.utf8)) }
         handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
                                              name: "beacond-upstream-\(UInt64.random(in: 0 ... .max))")
         try dealer.connect(endpoint.request)
         try subscriber.connect(endpoint.publish)
-        core = FollowerCore(mode: .stream, epoch: epoch)
+        core = FollowerCore(mode: .ordered, epoch: epoch)
         follow(after: revision, epoch: epoch)
         logger.info("following the upstream", metadata: [
-            "upstream": "\(endpoint.request)", "prefix": "\(endpoint.prefix)", "resume.after": "\(revision)",
+            "upstream": "\(endpoint.request)", "prefixes": "\(endpoint.prefixes)", "resume.after": "\(revision)",
             "curve": "\(endpoint.curve != nil)"])
     }
 
     private func follow(after revision: UInt64, epoch: UInt64) {
-        if revision > 0 {
-            core.follow(endpoint.prefix, resumingAfter: revision, epoch: epoch)
-        } else {
-            core.follow(endpoint.prefix)
+        for prefix in endpoint.prefixes {
+            if revision > 0 {
+                core.follow(prefix, resumingAfter: revision, epoch: epoch)
+            } else {
+                core.follow(prefix)
+            }
         }
     }
 
@@ -190,7 +215,7 @@ final class UpstreamLink {
 
     /// Follows again after `revision` of `epoch`: the relay could not journal what it was given.
     func resume(after revision: UInt64, epoch: UInt64) {
-        core = FollowerCore(mode: .stream, epoch: epoch)
+        core = FollowerCore(mode: .ordered, epoch: epoch)
         follow(after: revision, epoch: epoch)
         fetch = nil
     }
@@ -207,12 +232,12 @@ final class UpstreamLink {
             switch publication {
             case .diff(let diff) where diff.epoch == upstreamEpoch:
                 upstreamHead = max(upstreamHead, diff.event.revision)
-            case .commit(let marker) where marker.epoch == upstreamEpoch && endpoint.prefix.isEmpty:
+            case .commit(let marker) where marker.epoch == upstreamEpoch && endpoint.carriesEverything:
                 upstreamHead = max(upstreamHead, marker.revision)
             case .heartbeat(let heartbeat):
-                // The last revision that concerns this relay: under its prefix, when it has one.
-                let head = endpoint.prefix.isEmpty ? heartbeat.headRevision
-                    : heartbeat.prefixes.first { $0.prefix == endpoint.prefix }?.revision ?? upstreamHead
+                // The last revision that concerns this relay: under its prefixes, when it has some.
+                let head = endpoint.carriesEverything ? heartbeat.headRevision
+                    : heartbeat.prefixes.filter { endpoint.prefixes.contains($0.prefix) }.map(\.revision).max() ?? upstreamHead
                 // A heartbeat queued before later diffs never moves the head back.
                 upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, head) : head
                 upstreamEpoch = heartbeat.epoch
@@ -246,9 +271,10 @@ final class UpstreamLink {
                     if page.epoch != upstreamEpoch { (upstreamEpoch, upstreamHead) = (page.epoch, 0) }
                     upstreamHead = max(upstreamHead, page.revision)
                 case .error(let error) where error.code != .compacted && error.code != .futureRevision:
-                    // The core leaves a refused prefix alone; it is asked again every few seconds.
-                    logger.error("the upstream refused to let this relay follow it (its key needs read=* there)", metadata: [
-                        "code": "\(error.code)", "message": "\(error.message)"])
+                    // Nothing is passed on while a prefix is refused; it is asked again every few seconds.
+                    logger.error("the upstream refused to let this relay follow it: nothing more is mirrored until it does", metadata: [
+                        "code": "\(error.code)", "message": "\(error.message)",
+                        "needs": "read of \(endpoint.carriesEverything ? "every key" : endpoint.prefixes.joined(separator: ", ")) for this relay's key there"])
                 default:
                     break
                 }
@@ -294,15 +320,15 @@ final class UpstreamLink {
 
     private func takeReleased(into events: inout [UpstreamEvent]) {
         while let release = core.takeRelease() {
-            for step in release.steps {
-                switch step {
-                case .revisions(let epoch, let stream):
-                    events.append(.revisions(epoch: epoch, PrefixSequencer.revisions(in: stream)))
-                case .snapshot(_, let epoch, let revision, let kvs):
-                    events.append(.snapshot(epoch: epoch, revision: revision, kvs: kvs))
-                case .resumed:
-                    break
-                }
+            var rest = release.steps[...]
+            // Everything up to the last snapshot becomes one state, journaled anew.
+            if let last = rest.lastIndex(where: { if case .snapshot = $0 { true } else { false } }),
+               case .snapshot(_, let epoch, let revision, _) = rest[last] {
+                events.append(.reset(epoch: epoch, revision: revision, steps: Array(rest[...last])))
+                rest = rest[(last + 1)...]
+            }
+            for case .revisions(let epoch, let stream) in rest {
+                events.append(.revisions(epoch: epoch, PrefixSequencer.revisions(in: stream)))
             }
         }
     }
