@@ -53,10 +53,10 @@ final class RelayCluster {
 
 /// A primary and a relay of it over ipc (no CURVE), in `directory` (`primary-run`, `run`),
 /// returned once the relay has reached its upstream.
-func startPrimaryAndRelay(in directory: String) throws -> (primary: DaemonProcess, relay: DaemonProcess) {
+func startPrimaryAndRelay(in directory: String, relayArguments: [String] = []) throws -> (primary: DaemonProcess, relay: DaemonProcess) {
     let primary = try DaemonProcess(runtimeDirectory: directory + "/primary-run", stateDirectory: directory + "/primary-state")
     let relay = try DaemonProcess(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state",
-                                  extraArguments: ["--upstream", "ipc://\(directory)/primary-run/beacon.req"])
+                                  extraArguments: ["--upstream", "ipc://\(directory)/primary-run/beacon.req"] + relayArguments)
     let run = relay.runtimeDirectory
     eventually("the relay reaches its upstream") { (try? WireClient(runtimeDirectory: run).ping().upstream.reachable) == true }
     return (primary, relay)
@@ -458,6 +458,27 @@ struct RelayTests {
         }
         #expect(refusal { _ = try second.get("b.y") }?.code == .permissionDenied)
         #expect(relayDaemon.stderr.contains("the relay takes them anew"))
+    }
+
+    @Test("A client of a relay that piles requests up behind a write its upstream has not answered is closed at reply_buffer_bytes; others are served")
+    func requestsBehindAnUnansweredWriteAreBounded() throws {
+        let directory = try temporaryDirectory()
+        try "reply_buffer_bytes = 1048576\n".write(toFile: directory + "/relay.conf", atomically: true, encoding: .utf8)
+        let (primary, relay) = try startPrimaryAndRelay(in: directory, relayArguments: ["--config", directory + "/relay.conf"])
+        defer { primary.stop(); relay.stop() }
+        // The upstream stops answering; the relay still counts it reachable for a few seconds and
+        // forwards the write, whose answer then never comes.
+        kill(primary.process.processIdentifier, SIGSTOP)
+        defer { kill(primary.process.processIdentifier, SIGCONT) }
+        let piler = try WireClient(runtimeDirectory: relay.runtimeDirectory)
+        try piler.send(.put(.with { $0.key = "p.k"; $0.value = .with { $0.intValue = 1 } }))
+        // Reads behind it wait to see the write: 6,000 of about 215 bytes are 1.3 MB.
+        let key = "p." + String(repeating: "x", count: 200)
+        for _ in 0..<6000 { try piler.send(.get(.with { $0.key = key })) }
+        eventually("the relay closes the piling connection") { relay.stderr.contains("it piles requests up behind writes") }
+        let other = try WireClient(runtimeDirectory: relay.runtimeDirectory)
+        #expect(try other.ping().upstream.endpoint.hasSuffix("primary-run/beacon.req"), "another client is served")
+        #expect(try piler.receiveReply(timeoutMilliseconds: 200) == nil, "nothing deferred was answered")
     }
 
     @Test("A relay whose key the upstream does not list says why in its log, reports the upstream unreachable and refuses writes")
