@@ -24,11 +24,15 @@ struct RelayState {
     /// Per connection, requests that came after a forwarded one and are decided only once it is
     /// answered: a read sent after a write sees it, and nothing sent later is applied before.
     var deferred: [[UInt8]: [Deferred]] = [:]
+    /// Per connection, the encoded size of its deferred requests: bounded by
+    /// `reply_buffer_bytes`, like the replies it does not read.
+    var deferredBytes: [[UInt8]: Int] = [:]
     /// Connections whose forwarded requests were all answered, with requests deferred.
     var replayDue: Set<[UInt8]> = []
 
     struct Deferred {
         var request: Beacon_V1_Request
+        var bytes: Int
         var route: ReplyRoute
         var inBatch: Bool
         var context: RequestContext
@@ -250,8 +254,30 @@ extension BeaconServer {
         let waiting = !replaying && relay!.deferred[connection] != nil
         guard unanswered > 0 || waiting else { return false }
         if !waiting && Self.isForwarded(request) { return false }  // writes pipeline behind writes
-        relay!.deferred[connection, default: []].append(.init(request: request, route: route, inBatch: inBatch, context: current))
+        let bytes = ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0
+        let held = relay!.deferredBytes[connection, default: 0] + bytes
+        guard held <= replyFlows.limits.perConnection else {
+            closeDeferring(connection, held: held)
+            return true
+        }
+        relay!.deferred[connection, default: []].append(.init(request: request, bytes: bytes, route: route, inBatch: inBatch, context: current))
+        relay!.deferredBytes[connection] = held
         return true
+    }
+
+    /// Closes a connection whose requests waiting behind its forwarded writes passed
+    /// `reply_buffer_bytes`; they are dropped, and whatever it sends until it is closed too.
+    private func closeDeferring(_ connection: [UInt8], held: Int) {
+        relay!.deferred[connection] = nil
+        relay!.deferredBytes[connection] = nil
+        relay!.replayDue.remove(connection)
+        let id = connection.withUnsafeBytes { RoutingID($0) }
+        let reason = "requests waiting behind its forwarded writes passed reply_buffer_bytes (\(replyFlows.limits.perConnection))"
+        if let victim = replyFlows.victim(closing: id, heldBytes: held, reason: reason) {
+            closeConnection(victim, because: "it piles requests up behind writes the upstream has not answered")
+        } else {
+            replyFlows.close(id, now: .now())
+        }
     }
 
     static func isForwarded(_ request: Beacon_V1_Request) -> Bool {
@@ -268,7 +294,11 @@ extension BeaconServer {
             while let next = relay!.deferred[connection]?.first {
                 if (relay!.unanswered[connection] ?? 0) > 0 && !Self.isForwarded(next.request) { break }
                 relay!.deferred[connection]!.removeFirst()
-                if relay!.deferred[connection]!.isEmpty { relay!.deferred[connection] = nil }
+                relay!.deferredBytes[connection]! -= next.bytes
+                if relay!.deferred[connection]!.isEmpty {
+                    relay!.deferred[connection] = nil
+                    relay!.deferredBytes[connection] = nil
+                }
                 current = next.context
                 handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true)
             }

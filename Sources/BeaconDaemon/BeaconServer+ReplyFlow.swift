@@ -39,7 +39,7 @@ extension BeaconServer {
         case .kept:
             break
         case .keptClosing(let victim):
-            closeSlowReader(victim)
+            closeConnection(victim, because: "it does not read its replies")
         }
     }
 
@@ -54,14 +54,16 @@ extension BeaconServer {
         logShed(connections.drain(role) { fd in if role == .requests { replyFlows.disconnected(fd: fd) } })
     }
 
-    /// Closes a connection that does not read its replies (or holds the most when its peer's
-    /// or everyone's unread replies pass their bound); its kept replies are dropped.
-    private func closeSlowReader(_ victim: ReplyFlows.Victim) {
+    /// Closes a request connection that holds too much in the daemon: one that does not read its
+    /// replies (or holds the most when its peer's or everyone's unread replies pass their bound),
+    /// or a relay's client piling requests up behind its forwarded writes. What is kept for it
+    /// is dropped.
+    func closeConnection(_ victim: ReplyFlows.Victim, because what: String) {
         let closed = victim.fd >= 0 && connections.shutDown(fd: victim.fd, on: .requests, from: victim.peer,
                                                             closed: { replyFlows.disconnected(fd: $0) }, shed: { logShed($0) })
         replyFlows.close(victim.id, now: .now())
         guard closed, let held = logThrottle.admit("connection.slow", now: .now()) else { return }
-        logger.notice("connection closed: it does not read its replies", metadata: [
+        logger.notice("connection closed: \(what)", metadata: [
             "peer": "\(victim.peer)", "unread.bytes": "\(victim.heldBytes)", "reason": "\(victim.reason)",
             "held.back": "\(held)"])
     }

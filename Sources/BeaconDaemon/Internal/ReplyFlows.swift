@@ -231,6 +231,12 @@ struct ReplyFlows {
         }
     }
 
+    /// Connection `id` to close for `reason`, if it is known.
+    func victim(closing id: RoutingID, heldBytes: Int, reason: String) -> Victim? {
+        guard let flow = flows[id] else { return nil }
+        return Victim(id: id, fd: flow.fd, peer: flow.peer, heldBytes: heldBytes, reason: reason)
+    }
+
     /// Drops the waiting replies of connection `id` and forgets it: the loop is closing it.
     mutating func close(_ id: RoutingID, now: MonotonicTime) {
         guard flows[id] != nil else { return }
