@@ -23,6 +23,7 @@ struct RelayBench: ParsableCommand {
         print("beacon-bench relay: a primary and two relays in a chain (primary → near → far) over tcp on loopback "
             + "(no CURVE), durability normal; \(samples) latency samples, \(writes) writes × \(subscribers) subscribers, \(runs) runs")
         var hop: [[Double]] = [[], [], []]
+        var remote: [[Double]] = [[], []]  // subscribers of the primary and of the near relay across tcp
         var raw: [Double] = []
         var rawIPC: [Double] = []
         var commit: [Double] = []
@@ -34,6 +35,7 @@ struct RelayBench: ParsableCommand {
             let chain = try RelayChain(directory: directory, extraArguments: ["--loop-cpu", loopCpu])
             let latencies = try chain.writeToDiffLatencies(samples: samples)
             for index in 0..<3 { hop[index].append(median(latencies[index])) }
+            for index in 0..<2 { remote[index].append(median(latencies[3 + index])) }
             chain.stop()
             raw.append(median(try RawZMQ.oneWayLatencies(samples: samples, endpoint: "tcp://127.0.0.1:\(RelayChain.port(directory) + 10)")))
             rawIPC.append(median(try RawZMQ.oneWayLatencies(samples: samples, directory: directory)))
@@ -47,9 +49,10 @@ struct RelayBench: ParsableCommand {
             relayed.append(relayedRate)
             directCPU.append(directSeconds)
             relayedCPU.append(relayedSeconds)
-            print(String(format: "  run %d: write→diff p50 %.0f / %.0f / %.0f µs (primary / near / far); raw tcp hop %.0f µs, raw ipc hop %.0f µs, "
-                + "commit %.0f µs; fan-out %@/s direct, %@/s through relays", run, hop[0].last!, hop[1].last!, hop[2].last!, raw.last!,
-                rawIPC.last!, commit.last!, format(directRate), format(relayedRate)))
+            print(String(format: "  run %d: write→diff p50 %.0f / %.0f / %.0f µs (primary / near / far, ipc), %.0f / %.0f µs (primary / near, tcp); "
+                + "raw tcp hop %.0f µs, raw ipc hop %.0f µs, commit %.0f µs; fan-out %@/s direct, %@/s through relays", run, hop[0].last!,
+                hop[1].last!, hop[2].last!, remote[0].last!, remote[1].last!, raw.last!, rawIPC.last!, commit.last!,
+                format(directRate), format(relayedRate)))
         }
         let added = median(hop[1]) - median(hop[0]), addedSecond = median(hop[2]) - median(hop[1])
         print("")
@@ -58,6 +61,10 @@ struct RelayBench: ParsableCommand {
         print(String(format: "| write → diff at a subscriber of the primary, p50 | %.0f µs |", median(hop[0])))
         print(String(format: "| … of the near relay (one hop), p50 | %.0f µs (+%.0f µs) |", median(hop[1]), added))
         print(String(format: "| … of the far relay (two hops), p50 | %.0f µs (+%.0f µs) |", median(hop[2]), addedSecond))
+        print(String(format: "| write → diff at a process across the link subscribed to the primary itself (tcp), p50 | %.0f µs |", median(remote[0])))
+        print(String(format: "| … to the near relay itself (tcp), p50 | %.0f µs |", median(remote[1])))
+        print(String(format: "| what a local relay adds for that process: near (ipc) − primary (tcp), p50 | %+.0f µs |", median(hop[1]) - median(remote[0])))
+        print(String(format: "| … the second hop: far (ipc) − near (tcp), p50 | %+.0f µs |", median(hop[2]) - median(remote[1])))
         print(String(format: "| raw libzmq tcp hop (one way) + one journal commit, p50 | %.0f + %.0f = %.0f µs |",
                      median(raw), median(commit), median(raw) + median(commit)))
         print(String(format: "| … + the relay's own publication to its subscriber (a raw ipc hop), p50 | %.0f + %.0f + %.0f = %.0f µs |",
@@ -122,12 +129,16 @@ final class RelayChain {
     func stop() { for daemon in daemons.reversed() { daemon.stop() } }
 
     /// Per daemon, the time from sending a put to the primary until its diff reaches a
-    /// subscriber of that daemon (ipc), in µs; one write at a time.
+    /// subscriber of that daemon on ipc (the first `daemons.count` lists), then on tcp — a process
+    /// across the link subscribing to it directly — for each but the last, in µs; one write at a
+    /// time.
     func writeToDiffLatencies(samples: Int) throws -> [[Double]] {
         let context = try ZMQContext()
-        let subscribers = try daemons.map { daemon in
+        let endpoints = daemons.map { WireEndpoint.publish(inRuntimeDirectory: $0.runtimeDirectory) }
+            + ports.dropLast().map { "tcp://127.0.0.1:\($0 + 1)" }
+        let subscribers = try endpoints.map { endpoint in
             let socket = try ZMQSocket(context, type: .sub)
-            try socket.connect(WireEndpoint.publish(inRuntimeDirectory: daemon.runtimeDirectory))
+            try socket.connect(endpoint)
             try socket.subscribe(Array("lat.".utf8))
             return socket
         }
@@ -135,13 +146,13 @@ final class RelayChain {
         try dealer.connect(WireEndpoint.request(inRuntimeDirectory: daemons[0].runtimeDirectory))
         let value = try Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 0x61, count: 48) }.serializedBytes() as [UInt8]
         usleep(300_000)  // the subscriptions reach every daemon
-        var latencies = Array(repeating: [Double](), count: daemons.count)
+        var latencies = Array(repeating: [Double](), count: subscribers.count)
         let poller = ZMQPoller()
         for socket in subscribers { poller.add(socket) }
         for sample in 0..<(samples + 100) {
             let start = now()
             _ = try dealer.send(WireEncoder.putRequest(id: UInt64(sample + 1), key: "lat.k", encodedValue: value))
-            var arrived = Array(repeating: UInt64(0), count: daemons.count)
+            var arrived = Array(repeating: UInt64(0), count: subscribers.count)
             let deadline = start + 5_000_000_000
             while arrived.contains(0) && now() < deadline {
                 _ = try poller.poll(timeoutMilliseconds: 100)
