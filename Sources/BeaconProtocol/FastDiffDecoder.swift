@@ -35,7 +35,7 @@ public enum FastDiff {
         return diff
     }
 
-    private static func event(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Beacon_V1_Event? {
+    static func event(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Beacon_V1_Event? {
         var event = Beacon_V1_Event()
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
         var seen: UInt64 = 0

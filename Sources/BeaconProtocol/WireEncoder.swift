@@ -65,6 +65,102 @@ public enum WireEncoder {
         }
     }
 
+    /// One change of an `EventsReply`, as ``eventsReply(id:events:revision:epoch:prefixRevision:compactedRevision:more:)``
+    /// writes it: the fields of an `Event` with its value already encoded.
+    public struct Event: Sendable {
+        public var revision: UInt64
+        public var part: UInt32
+        public var parts: UInt32
+        public var kind: Beacon_V1_Change.Kind
+        public var key: String
+        /// An encoded `Value` for a put; ignored otherwise.
+        public var encodedValue: [UInt8]
+        public var version: UInt64
+        public var createRevision: UInt64
+        public var expiresAtMilliseconds: UInt64
+        public var timestampMilliseconds: UInt64
+
+        public init(revision: UInt64, part: UInt32, parts: UInt32, kind: Beacon_V1_Change.Kind, key: String, encodedValue: [UInt8],
+                    version: UInt64, createRevision: UInt64, expiresAtMilliseconds: UInt64, timestampMilliseconds: UInt64) {
+            self.revision = revision
+            self.part = part
+            self.parts = parts
+            self.kind = kind
+            self.key = key
+            self.encodedValue = encodedValue
+            self.version = version
+            self.createRevision = createRevision
+            self.expiresAtMilliseconds = expiresAtMilliseconds
+            self.timestampMilliseconds = timestampMilliseconds
+        }
+
+        /// The encoded `Change`'s size.
+        var changeSize: Int {
+            var size = ProtoSize.field(WireField.Change.kind, UInt64(kind.rawValue))
+                + ProtoSize.field(WireField.Change.key, byteCount: key.utf8.count)
+            if kind == .put { size += ProtoSize.message(WireField.Change.value, length: encodedValue.count) }
+            return size + ProtoSize.field(WireField.Change.version, version) + ProtoSize.field(WireField.Change.createRevision, createRevision)
+                + ProtoSize.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+        }
+
+        /// The encoded `Event`'s size, given its change's.
+        func size(changeSize: Int) -> Int {
+            ProtoSize.field(WireField.Event.revision, revision) + ProtoSize.field(WireField.Event.part, UInt64(part))
+                + ProtoSize.field(WireField.Event.parts, UInt64(parts)) + ProtoSize.message(WireField.Event.change, length: changeSize)
+                + ProtoSize.field(WireField.Event.timestampMs, timestampMilliseconds)
+        }
+
+        /// Writes the `Event`'s fields (not its own header).
+        func write(into out: inout ProtoWriter, changeSize: Int) {
+            out.field(WireField.Event.revision, revision)
+            out.field(WireField.Event.part, UInt64(part))
+            out.field(WireField.Event.parts, UInt64(parts))
+            out.header(WireField.Event.change, length: changeSize)
+            out.field(WireField.Change.kind, UInt64(kind.rawValue))
+            out.field(WireField.Change.key, string: key)
+            if kind == .put {
+                out.header(WireField.Change.value, length: encodedValue.count)
+                encodedValue.withUnsafeBytes { out.raw($0) }
+            }
+            out.field(WireField.Change.version, version)
+            out.field(WireField.Change.createRevision, createRevision)
+            out.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+            out.field(WireField.Event.timestampMs, timestampMilliseconds)
+        }
+    }
+
+    /// Encodes a `beacon.v1.Reply` with request id `id` whose result is an `EventsReply` (a
+    /// `Delta` or `History` page): the events' values go in as they are, without being decoded.
+    public static func eventsReply(id: UInt64, events: [Event], revision: UInt64, epoch: UInt64, prefixRevision: UInt64,
+                                   compactedRevision: UInt64, more: Bool) -> [UInt8] {
+        var changeSizes: [Int] = []
+        changeSizes.reserveCapacity(events.count)
+        var body = 0
+        for event in events {
+            let change = event.changeSize
+            changeSizes.append(change)
+            body += ProtoSize.message(WireField.EventsReply.events, length: event.size(changeSize: change))
+        }
+        body += ProtoSize.field(WireField.EventsReply.revision, revision) + ProtoSize.field(WireField.EventsReply.epoch, epoch)
+            + ProtoSize.field(WireField.EventsReply.prefixRevision, prefixRevision)
+            + ProtoSize.field(WireField.EventsReply.compactedRevision, compactedRevision)
+            + ProtoSize.field(WireField.EventsReply.more, more ? 1 : 0)
+        let total = ProtoSize.field(WireField.Reply.id, id) + ProtoSize.message(WireField.Reply.events, length: body)
+        return ProtoWriter.encode(count: total) { out in
+            out.field(WireField.Reply.id, id)
+            out.header(WireField.Reply.events, length: body)
+            for index in events.indices {
+                out.header(WireField.EventsReply.events, length: events[index].size(changeSize: changeSizes[index]))
+                events[index].write(into: &out, changeSize: changeSizes[index])
+            }
+            out.field(WireField.EventsReply.revision, revision)
+            out.field(WireField.EventsReply.epoch, epoch)
+            out.field(WireField.EventsReply.prefixRevision, prefixRevision)
+            out.field(WireField.EventsReply.compactedRevision, compactedRevision)
+            out.field(WireField.EventsReply.more, more ? 1 : 0)
+        }
+    }
+
     private static func markSize(_ mark: Beacon_V1_PrefixMark) -> Int {
         ProtoSize.field(WireField.PrefixMark.prefix, byteCount: mark.prefix.utf8.count)
             + ProtoSize.field(WireField.PrefixMark.previousRevision, mark.previousRevision)

@@ -49,6 +49,7 @@ public enum WireField {
     public enum Reply {
         public static let id: UInt64 = 1
         public static let write: UInt64 = 14
+        public static let events: UInt64 = 17
         public static let batch: UInt64 = 22
     }
 
@@ -60,5 +61,14 @@ public enum WireField {
         public static let revision: UInt64 = 1
         public static let versions: UInt64 = 2
         public static let replayed: UInt64 = 3
+    }
+
+    public enum EventsReply {
+        public static let events: UInt64 = 1
+        public static let revision: UInt64 = 2
+        public static let epoch: UInt64 = 3
+        public static let prefixRevision: UInt64 = 4
+        public static let compactedRevision: UInt64 = 5
+        public static let more: UInt64 = 6
     }
 }

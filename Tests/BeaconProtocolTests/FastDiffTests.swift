@@ -56,3 +56,44 @@ struct FastDiffTests {
         #expect(badKey.withUnsafeBytes { FastDiff.decode($0) } == nil)
     }
 }
+
+/// The hand-written reader of `Delta` and `History` pages must agree with SwiftProtobuf on every
+/// page the daemon writes, and step aside for any other reply.
+struct FastReplyTests {
+    @Test func agreesWithSwiftProtobufOnWhatTheDaemonAnswers() throws {
+        var random = SplitMix64(seed: 7)
+        for _ in 0..<1_000 {
+            let events = try (0..<random.next(20)).map { _ in
+                let kind = Beacon_V1_Change.Kind(rawValue: random.next(3))!
+                return WireEncoder.Event(
+                    revision: random.next() >> 1, part: UInt32(random.next(10)), parts: UInt32(random.next(10)), kind: kind,
+                    key: "net.k\(random.next(100))", encodedValue: kind == .put ? try FastDiffTests.randomValue(&random).serializedBytes() : [],
+                    version: random.next(), createRevision: random.next(), expiresAtMilliseconds: UInt64(random.next(2)) * random.next(),
+                    timestampMilliseconds: random.next())
+            }
+            let bytes = WireEncoder.eventsReply(id: random.next(), events: events, revision: random.next(), epoch: random.next(),
+                                                prefixRevision: UInt64(random.next(2)) * random.next(),
+                                                compactedRevision: UInt64(random.next(2)) * random.next(), more: random.next(2) == 1)
+            let expected = try Beacon_V1_Reply(serializedBytes: bytes)
+            let fast = try #require(bytes.withUnsafeBytes { FastReply.decodeEvents($0) })
+            #expect(fast == expected)
+        }
+    }
+
+    @Test func stepsAsideForOtherRepliesAndWhatItDoesNotKnow() throws {
+        let page = Beacon_V1_Reply.with {
+            $0.id = 4
+            $0.events = .with { $0.events = [.with { $0.revision = 2; $0.change.key = "k" }]; $0.revision = 2; $0.more = true }
+        }
+        var bytes: [UInt8] = try page.serializedBytes()
+        #expect(bytes.withUnsafeBytes { FastReply.decodeEvents($0) } == page)
+        bytes += [0xA0, 0x06, 0x01]  // field 100 of Reply, from a newer protocol
+        #expect(bytes.withUnsafeBytes { FastReply.decodeEvents($0) } == nil)
+        let write: [UInt8] = try Beacon_V1_Reply.with { $0.id = 1; $0.write.revision = 3 }.serializedBytes()
+        #expect(write.withUnsafeBytes { FastReply.decodeEvents($0) } == nil)
+        let error: [UInt8] = try Beacon_V1_Reply.with { $0.id = 1; $0.error.code = .compacted }.serializedBytes()
+        #expect(error.withUnsafeBytes { FastReply.decodeEvents($0) } == nil)
+        let whole: [UInt8] = try page.serializedBytes()
+        #expect(Array(whole.dropLast()).withUnsafeBytes { FastReply.decodeEvents($0) } == nil, "truncated")
+    }
+}

@@ -128,6 +128,30 @@ struct WireEncoderTests {
             let encodedPut = WireEncoder.putRequest(id: put.id, key: put.put.key, encodedValue: try value.serializedBytes())
             #expect(encodedPut == (try put.serializedBytes() as [UInt8]))
 
+            let events = (0..<Int(random.next() % 6)).map { _ in
+                WireEncoder.Event(revision: number(), part: UInt32(truncatingIfNeeded: number()), parts: UInt32(truncatingIfNeeded: number()),
+                                  kind: [.put, .delete, .expire][Int(random.next() % 3)], key: text(200), encodedValue: try! value.serializedBytes(),
+                                  version: number(), createRevision: number(), expiresAtMilliseconds: number(), timestampMilliseconds: number())
+            }
+            let page = Beacon_V1_Reply.with {
+                $0.id = number()
+                $0.events = .with {
+                    $0.events = events.map { event in .with {
+                        $0.revision = event.revision; $0.part = event.part; $0.parts = event.parts; $0.timestampMs = event.timestampMilliseconds
+                        $0.change.kind = event.kind; $0.change.key = event.key
+                        if event.kind == .put { $0.change.value = value }
+                        $0.change.version = event.version; $0.change.createRevision = event.createRevision
+                        $0.change.expiresAtMs = event.expiresAtMilliseconds
+                    } }
+                    $0.revision = number(); $0.epoch = number(); $0.prefixRevision = number(); $0.compactedRevision = number()
+                    $0.more = random.next() % 2 == 0
+                }
+            }
+            let encodedPage = WireEncoder.eventsReply(id: page.id, events: events, revision: page.events.revision, epoch: page.events.epoch,
+                                                      prefixRevision: page.events.prefixRevision,
+                                                      compactedRevision: page.events.compactedRevision, more: page.events.more)
+            #expect(encodedPage == (try page.serializedBytes() as [UInt8]))
+
             let batch = Beacon_V1_Request.with { $0.id = number(); $0.batch.requests = Array(repeating: put, count: Int(random.next() % 5)) }
             let encodedBatch = WireEncoder.batchRequest(id: batch.id, requests: Array(repeating: encodedPut, count: batch.batch.requests.count))
             #expect(encodedBatch == (try batch.serializedBytes() as [UInt8]))

@@ -56,6 +56,15 @@ struct WireFieldTableTests {
             ("WriteReply.revision", WireField.WriteReply.revision, try Self.number(Beacon_V1_WriteReply.with { $0.revision = 1 })),
             ("WriteReply.versions", WireField.WriteReply.versions, try Self.number(Beacon_V1_WriteReply.with { $0.versions = [1] })),
             ("WriteReply.replayed", WireField.WriteReply.replayed, try Self.number(Beacon_V1_WriteReply.with { $0.replayed = true })),
+            ("Reply.events", WireField.Reply.events, try Self.number(Beacon_V1_Reply.with { $0.events = .with { $0.more = true } })),
+            ("EventsReply.events", WireField.EventsReply.events, try Self.number(Beacon_V1_EventsReply.with { $0.events = [.init()] })),
+            ("EventsReply.revision", WireField.EventsReply.revision, try Self.number(Beacon_V1_EventsReply.with { $0.revision = 1 })),
+            ("EventsReply.epoch", WireField.EventsReply.epoch, try Self.number(Beacon_V1_EventsReply.with { $0.epoch = 1 })),
+            ("EventsReply.prefix_revision", WireField.EventsReply.prefixRevision,
+             try Self.number(Beacon_V1_EventsReply.with { $0.prefixRevision = 1 })),
+            ("EventsReply.compacted_revision", WireField.EventsReply.compactedRevision,
+             try Self.number(Beacon_V1_EventsReply.with { $0.compactedRevision = 1 })),
+            ("EventsReply.more", WireField.EventsReply.more, try Self.number(Beacon_V1_EventsReply.with { $0.more = true })),
         ]
         for (name, table, generated) in checks {
             #expect(table == generated, "\(name): the table says \(table), the schema \(generated)")
