@@ -89,6 +89,14 @@ extension BeaconServer {
             } catch {
                 refuse(request.id, error, route: route)
             }
+        case .delta, .history:
+            // Read from the journal: commit what is staged first.
+            flushWrites()
+            do {
+                queueReply(try changesAnswer(request.op!, id: request.id), to: route)
+            } catch {
+                refuse(request.id, error, route: route)
+            }
         case nil:
             reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
         case .some(let op):
@@ -202,38 +210,8 @@ extension BeaconServer {
             try checkRead(prefix: request.prefix)
             reply.snapshot = try snapshot(request, now: now)
 
-        case .delta(let delta):
-            try checkPrefix(delta.prefix)
-            try checkRead(prefix: delta.prefix)
-            if delta.sinceRevision < pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
-            if delta.sinceRevision > store.headRevision {
-                throw Refusal(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
-            }
-            let outgrown = delta.snapshotIfSmaller ? try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) : false
-            if outgrown {
-                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now)
-                break
-            }
-            let prefixRevision = lease(delta.prefix, now: now)
-            var events = try events(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
-                                    to: store.headRevision, limit: delta.limit)
-            events.prefixRevision = prefixRevision
-            reply.events = events
-
-        case .history(let history):
-            if history.exact {
-                if let problem = KeyPath.problem(key: history.prefix) { throw Refusal(.invalidKey, problem.description, key: history.prefix) }
-                try checkRead(key: history.prefix)
-            } else {
-                try checkPrefix(history.prefix)
-                try checkRead(prefix: history.prefix)
-            }
-            if history.fromRevision != 0 && history.fromRevision <= pipeline.compactedRevision {
-                throw compactedFailure(history.fromRevision)
-            }
-            let to = history.toRevision == 0 ? store.headRevision : min(history.toRevision, store.headRevision)
-            reply.events = try events(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
-                                      to: to, limit: history.limit)
+        case .delta, .history:
+            preconditionFailure("answered by changesAnswer(_:id:)")
 
         case .stats:
             guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
@@ -367,47 +345,94 @@ extension BeaconServer {
         return result
     }
 
+    /// Answers a `Delta` or `History` request from the journal: a page of changes, encoded as it
+    /// is read (the stored values go out as they are), or — for a `Delta` with
+    /// `snapshot_if_smaller` that outgrew the prefix's state — a snapshot.
+    private func changesAnswer(_ op: Beacon_V1_Request.OneOf_Op, id: UInt64) throws(Refusal) -> PendingReply {
+        let now = MonotonicTime.now()
+        switch op {
+        case .delta(let delta):
+            try checkPrefix(delta.prefix)
+            try checkRead(prefix: delta.prefix)
+            if delta.sinceRevision < pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
+            if delta.sinceRevision > store.headRevision {
+                throw Refusal(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
+            }
+            if delta.snapshotIfSmaller, try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) {
+                var reply = Beacon_V1_Reply()
+                reply.id = id
+                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now)
+                return .answer(reply, dependsOnStaged: false)
+            }
+            let prefixRevision = lease(delta.prefix, now: now)
+            let page = try changes(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
+                                   to: store.headRevision, limit: delta.limit)
+            return .encoded(eventsReply(id: id, page, prefixRevision: prefixRevision))
+
+        case .history(let history):
+            if history.exact {
+                if let problem = KeyPath.problem(key: history.prefix) { throw Refusal(.invalidKey, problem.description, key: history.prefix) }
+                try checkRead(key: history.prefix)
+            } else {
+                try checkPrefix(history.prefix)
+                try checkRead(prefix: history.prefix)
+            }
+            if history.fromRevision != 0 && history.fromRevision <= pipeline.compactedRevision {
+                throw compactedFailure(history.fromRevision)
+            }
+            let to = history.toRevision == 0 ? store.headRevision : min(history.toRevision, store.headRevision)
+            let page = try changes(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
+                                   to: to, limit: history.limit)
+            return .encoded(eventsReply(id: id, page, prefixRevision: 0))
+
+        default:
+            preconditionFailure("only Delta and History are answered with changes")
+        }
+    }
+
     /// Whether the changes under `prefix` after `since` outnumber its keys, so that a snapshot is
     /// the cheaper answer for a mirror. Costs at most one pass over the keys and as many changes.
     private func deltaOutgrowsState(prefix: String, since: UInt64) throws(Refusal) -> Bool {
         let keys = store.keyCount(prefix: prefix)
         guard store.headRevision - since > UInt64(keys) else { return false }  // fewer revisions than keys
-        let probe = try events(prefix: prefix, exact: false, from: since + 1, to: store.headRevision,
-                               limit: UInt32(clamping: keys + 1))
-        return probe.more || probe.events.count > keys
+        let probe = try changes(prefix: prefix, exact: false, from: since + 1, to: store.headRevision,
+                                limit: UInt32(clamping: keys + 1))
+        return probe.more || probe.changes.count > keys
     }
 
-    private func events(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(Refusal) -> Beacon_V1_EventsReply {
-        var result = Beacon_V1_EventsReply()
-        result.epoch = pipeline.epoch
-        result.compactedRevision = pipeline.compactedRevision
-        let page: (changes: [JournalChange], more: Bool)
+    /// One page of journaled changes between `from` and `to`, and the revision it is complete through.
+    private struct ChangesPage {
+        var changes: [JournalChange]
+        var more: Bool
+        var revision: UInt64
+    }
+
+    private func changes(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(Refusal) -> ChangesPage {
         do {
-            page = try pipeline.journal.changes(prefix: prefix, exact: exact, from: from, to: to,
-                                       limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
+            let page = try pipeline.journal.changes(prefix: prefix, exact: exact, from: from, to: to,
+                                                    limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
+            return ChangesPage(changes: page.changes, more: page.more,
+                               revision: page.more ? (page.changes.last?.revision ?? to) : to)
         } catch {
             throw journalFailure(error)
         }
-        result.events.reserveCapacity(page.changes.count)
-        for change in page.changes { result.events.append(try event(change)) }
-        result.more = page.more
-        result.revision = page.more ? (page.changes.last?.revision ?? to) : to
-        return result
+    }
+
+    /// `page` as an encoded `EventsReply` to request `id`.
+    private func eventsReply(id: UInt64, _ page: ChangesPage, prefixRevision: UInt64) -> [UInt8] {
+        let events = page.changes.map { change in
+            WireEncoder.Event(revision: change.revision, part: change.part, parts: change.parts, kind: StoredValueCodec.kind(change.kind),
+                              key: change.key, encodedValue: change.value, version: change.version, createRevision: change.createRevision,
+                              expiresAtMilliseconds: change.expiresAtMilliseconds, timestampMilliseconds: change.timestampMilliseconds)
+        }
+        return WireEncoder.eventsReply(id: id, events: events, revision: page.revision, epoch: pipeline.epoch,
+                                       prefixRevision: prefixRevision, compactedRevision: pipeline.compactedRevision, more: page.more)
     }
 
     /// A stored entry as a wire key-value; a value that does not decode is an `INTERNAL` error, logged.
     func keyValue(_ key: String, _ entry: SignalStore.Entry, includingValue: Bool = true) throws(Refusal) -> Beacon_V1_KeyValue {
         do {
             return try StoredValueCodec.keyValue(key, entry, includingValue: includingValue)
-        } catch {
-            throw undecodable(error)
-        }
-    }
-
-    /// A journaled change as a wire event; a value that does not decode is an `INTERNAL` error, logged.
-    func event(_ change: JournalChange) throws(Refusal) -> Beacon_V1_Event {
-        do {
-            return try StoredValueCodec.event(change)
         } catch {
             throw undecodable(error)
         }
@@ -453,6 +478,8 @@ extension BeaconServer {
                 logger.error("reply not encoded", metadata: ["reply.id": "\(answer.id)"])
                 return
             }
+            send(body: body, to: route)
+        case .encoded(let body):
             send(body: body, to: route)
         case .held:
             assertionFailure("a held place is released only once filled")

@@ -175,6 +175,13 @@ public final class WireClient {
     private static func decodeReply(_ frames: [ZMQMessage]) throws(ZMQError) -> Beacon_V1_Reply? {
         // A reply that does not decode is skipped like a reply to another request.
         guard let body = frames.last else { return nil }
+        return decodeReply(body: body)
+    }
+
+    /// Decodes a reply's body: a `Delta` or `History` page read in place (``FastReply``), any
+    /// other reply by SwiftProtobuf; `nil` when it does not decode.
+    public static func decodeReply(body: ZMQMessage) -> Beacon_V1_Reply? {
+        if let page = body.withUnsafeBytes({ FastReply.decodeEvents($0) }) { return page }
         return try? Beacon_V1_Reply(serializedBytes: body.bytes)
     }
 

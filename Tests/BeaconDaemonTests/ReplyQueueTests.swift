@@ -21,6 +21,9 @@ struct ReplyQueueTests {
             case .answer(let answer, _):
                 let code: Beacon_V1_Error.Code? = if case .error(let error) = answer.result { error.code } else { nil }
                 sent.append(Sent(connection: connection, id: answer.id, code: code))
+            case .encoded(let body):
+                let answer = (try? Beacon_V1_Reply(serializedBytes: body)) ?? Beacon_V1_Reply()
+                sent.append(Sent(connection: connection, id: answer.id, code: nil))
             case .held: Issue.record("a held place was released")
             }
         }

@@ -321,7 +321,7 @@ final class ClientEngine: @unchecked Sendable {
     private func receiveReply() -> Beacon_V1_Reply? {
         while true {
             guard let frames = try? dealer.receiveMessage(flags: .dontWait) else { return nil }
-            guard let body = frames.last, let reply = try? Beacon_V1_Reply(serializedBytes: body.bytes) else { continue }
+            guard let body = frames.last, let reply = WireClient.decodeReply(body: body) else { continue }
             return reply
         }
     }

@@ -10,6 +10,9 @@ enum PendingReply {
     /// Any other answer. `dependsOnStaged`: a refusal decided against the current state, writes
     /// not yet durable included (a version conflict, say), which must not outlive their rollback.
     indirect case answer(Beacon_V1_Reply, dependsOnStaged: Bool)
+    /// An answer already encoded, its request id included, decided against durable state only
+    /// (a `Delta` or `History` page read from the journal).
+    case encoded([UInt8])
     /// A place held for an answer that comes later (a compaction's): the connection's later
     /// replies wait behind it.
     case held(HoldTicket)
@@ -143,7 +146,7 @@ struct ReplyQueue {
         case .answer(var answer, false):
             if case .error = answer.result { answer.error.headRevision = min(answer.error.headRevision, durableRevision) }
             return .answer(answer, dependsOnStaged: false)
-        case .held:
+        case .held, .encoded:
             return reply
         }
     }

@@ -27,22 +27,6 @@ enum StoredValueCodec {
         return kv
     }
 
-    /// A journaled change as a wire event.
-    static func event(_ change: JournalChange) throws(UndecodableValue) -> Beacon_V1_Event {
-        var event = Beacon_V1_Event()
-        event.revision = change.revision
-        event.part = change.part
-        event.parts = change.parts
-        event.timestampMs = change.timestampMilliseconds
-        event.change.key = change.key
-        event.change.version = change.version
-        event.change.createRevision = change.createRevision
-        event.change.expiresAtMs = change.expiresAtMilliseconds
-        event.change.kind = kind(change.kind)
-        if change.kind == .put { event.change.value = try value(change.value, key: change.key, revision: change.revision) }
-        return event
-    }
-
     static func kind(_ kind: ChangeKind) -> Beacon_V1_Change.Kind {
         switch kind {
         case .put: .put

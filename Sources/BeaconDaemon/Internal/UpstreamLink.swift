@@ -260,7 +260,7 @@ final class UpstreamLink {
     private func drainReplies(into events: inout [UpstreamEvent]) {
         while let frames = try? dealer.receiveMessage(flags: .dontWait) {
             heard()
-            guard let body = frames.last, let reply = try? Beacon_V1_Reply(serializedBytes: body.bytes) else { continue }
+            guard let body = frames.last, let reply = WireClient.decodeReply(body: body) else { continue }
             if let pending = fetch, pending.id == reply.id {
                 fetch = nil
                 switch reply.result {
