@@ -86,7 +86,7 @@ struct ScaleBench: ParsableCommand {
         _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: keys, key: { keyNames[$0] }, value: { encodedInt($0) })
 
         var current = Dictionary(uniqueKeysWithValues: keyNames.enumerated().map { ($1, $0) })
-        var resumed: [Double] = [], fresh: [Double] = [], deltas: [Double] = []
+        var resumed: [Double] = [], fresh: [Double] = [], deltas: [Double] = [], streamed: [Double] = []
         var perChange: Double = 0
         for run in 0..<runs {
             let cache = "\(directory)/client\(run).sqlite"
@@ -114,12 +114,46 @@ struct ScaleBench: ParsableCommand {
                 if !page.more { break }
             }
             deltas.append(Double(now() - start) / 1e6)
+            streamed.append(try timeHistory(daemon, prefix: prefix, after: since, through: stats.headRevision))
         }
         let met = median(resumed) < 1000
         print("| catch-up of \(missed) missed changes over \(keys) keys: client with a local journal, start → mirror at head | \(spread(resumed, milliseconds)) | < 1 s: \(met ? "**met**" : "**not met**") |")
         print("| the same for a new client (no local journal) | \(spread(fresh, milliseconds)) | |")
-        print("| for comparison: fetching those changes as deltas (50,000 a page), no client-side work | \(spread(deltas, milliseconds)) | |")
+        print("| the same changes fetched as deltas (`Delta` pages of 50,000, read and decoded) | \(spread(deltas, milliseconds)) (\(format(Double(missed) / median(deltas) * 1000))/s) | ≥ 1 M/s |")
+        let rate = { (milliseconds: Double) in "\(format(Double(missed) / milliseconds * 1000))/s" }
+        print("| the same changes as a client's history stream (`client.history(of:from:)`), until the last arrives | "
+            + "\(spread(streamed, milliseconds)) (\(rate(median(streamed)))) | |")
         print("| journal size per change (SQLite file and WAL ÷ revisions) | \(String(format: "%.0f B", perChange)) | |")
+    }
+
+    /// Time from asking a client for the history of `prefix` after `since` until the change at
+    /// `head` arrives, in ms; every change between is counted.
+    private func timeHistory(_ daemon: DaemonUnderTest, prefix: String, after since: UInt64, through head: UInt64) throws -> Double {
+        var configuration = BeaconConfiguration(runtimeDirectory: daemon.runtimeDirectory)
+        configuration.requestTimeout = .seconds(30)
+        let client = try BeaconClient(configuration: configuration)
+        defer { client.close() }
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: Result<(Double, Int), any Error> = .failure(PeerError("no history"))
+        let start = now()
+        Task {
+            do {
+                var count = 0
+                for try await event in client.history(of: prefix, from: since + 1) {
+                    guard case .change(let change) = event else { throw PeerError("the history resynced instead of streaming") }
+                    count += 1
+                    if change.revision >= head { break }
+                }
+                result = .success((Double(now() - start) / 1e6, count))
+            } catch {
+                result = .failure(error)
+            }
+            done.signal()
+        }
+        done.wait()
+        let (milliseconds, count) = try result.get()
+        guard count == Int(head - since) else { throw PeerError("the history streamed \(count) changes, not \(head - since)") }
+        return milliseconds
     }
 
     /// Time from creating a client to its mirror of `prefix` equal to `expected`, in ms.
