@@ -2,6 +2,7 @@ import ArgumentParser
 import Beacon
 import BeaconProtocol
 import BeaconWire
+import BeaconZMQ
 import Foundation
 
 /// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
@@ -12,6 +13,14 @@ func monotonicNanoseconds() -> UInt64 {
 }
 
 /// The resident set size of this process, in bytes.
+/// CPU time this process has used (user and system, every thread), in nanoseconds.
+func processCPUNanoseconds() -> UInt64 {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let micros = (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1_000_000 + Int(usage.ru_utime.tv_usec) + Int(usage.ru_stime.tv_usec)
+    return UInt64(micros) * 1000
+}
+
 func residentBytes() -> Int {
     guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
     let fields = statm.split(separator: " ")
@@ -28,6 +37,9 @@ struct ClientBench: ParsableCommand {
     @Option(help: "Distinct keys written in the throughput runs.") var keys = 1_000
     @Option(help: "Subscriber process counts for the throughput runs.") var subscribers: [Int] = [1, 8, 32]
     @Option(help: "Keys in the memory run.") var memoryKeys = 100_000
+    @Option(help: "Only one part: latency, throughput or memory.") var only: String?
+    @Option(help: ArgumentHelp("Run each mirroring subscriber process under this command, to profile it.", valueName: "command"))
+    var profileWith: String?
 
     func run() throws {
         let directory = temporaryDirectory()
@@ -39,41 +51,56 @@ struct ClientBench: ParsableCommand {
         let writer = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         let commit = percentile(try serialCommitLatencies(writer).sorted(), 0.5)
 
-        // Latency: a write in this process, an effect in another.
-        let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency"])
-        try latencyProbe.waitFor("READY")
-        for _ in 0..<samples {
-            _ = try writer.put("bench.lat", .with { $0.intValue = Int64(monotonicNanoseconds()) })
-            usleep(200)
-        }
-        _ = try writer.put("bench.lat", .with { $0.intValue = -1 })  // the end of the run
-        let latency = try latencyProbe.waitFor("LAT").split(separator: " ").dropFirst().compactMap { Double($0) }
-        print("latency samples seen by the effect: \(Int(latency[3])) of \(samples) writes")
-        latencyProbe.stop()
-
         print("")
         print("| figure | value | vs target |")
         print("| --- | --- | --- |")
-        print("| raw libzmq one-way latency, p50 | \(String(format: "%.1f µs", rawOneWay)) | |")
-        print("| one journaled write, request → reply, p50 | \(String(format: "%.1f µs", commit)) | |")
-        let bound = 3 * rawOneWay + commit
-        print("| write → effect in another process, p50 | \(String(format: "%.1f µs", latency[0])) | target ≤ 3×one-way + commit = \(String(format: "%.1f µs", bound)): \(latency[0] <= bound ? "met" : "NOT met") |")
-        print("| write → effect in another process, p99 | \(String(format: "%.1f µs", latency[1])) | |")
-        print("| write → effect in another process, p99.9 | \(String(format: "%.1f µs", latency[2])) | |")
+        if only == nil || only == "latency" {
+            // Latency: a write in this process, an effect in another.
+            let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency"])
+            try latencyProbe.waitFor("READY")
+            for _ in 0..<samples {
+                _ = try writer.put("bench.lat", .with { $0.intValue = Int64(monotonicNanoseconds()) })
+                usleep(200)
+            }
+            _ = try writer.put("bench.lat", .with { $0.intValue = -1 })  // the end of the run
+            let latency = try latencyProbe.waitFor("LAT").split(separator: " ").dropFirst().compactMap { Double($0) }
+            latencyProbe.stop()
+            print("| raw libzmq one-way latency, p50 | \(String(format: "%.1f µs", rawOneWay)) | |")
+            print("| one journaled write, request → reply, p50 | \(String(format: "%.1f µs", commit)) | |")
+            let bound = 3 * rawOneWay + commit
+            print("| write → effect in another process, p50 | \(String(format: "%.1f µs", latency[0])) | target ≤ 3×one-way + commit = \(String(format: "%.1f µs", bound)): \(latency[0] <= bound ? "met" : "NOT met") |")
+            print("| write → effect in another process, p99 | \(String(format: "%.1f µs", latency[1])) | |")
+            print("| write → effect in another process, p99.9 | \(String(format: "%.1f µs", latency[2])) | |")
+            print("| (latency samples seen by the effect: \(Int(latency[3])) of \(samples) writes) | | |")
+        }
+        guard only == nil || only == "throughput" || only == "memory" else {
+            throw ValidationError("--only is latency, throughput or memory, not '\(only!)'")
+        }
+        if only == nil || only == "throughput" { try throughputs(daemon: daemon, directory: directory) }
+        if only == nil || only == "memory" {
+            let memory = try mirrorMemory(daemon: daemon)
+            print("| mirror of \(memoryKeys) keys (64-byte string values), client RSS growth | \(String(format: "%.1f MB", memory / 1_000_000)) | target < 100 MB: \(memory < 100_000_000 ? "met" : "NOT met") |")
+        }
+    }
 
+    private func throughputs(daemon: DaemonUnderTest, directory: String) throws {
         let rawRate = try RawZMQ.pubSubRate(messages: 1_000_000, directory: directory)
         print("| raw libzmq PUB→SUB, one process, 2 frames, 64 B | \(format(rawRate)) msg/s | |")
         for count in subscribers {
             let live = try throughput(daemon: daemon, subscriberCount: count, frozen: false)
             let backlog = try throughput(daemon: daemon, subscriberCount: count, frozen: true)
+            let (raw, rawCPU) = try rawBacklog(directory: directory, subscriberCount: count)
             let processes = "\(count) subscriber process\(count == 1 ? "" : "es")"
             print("| \(processes), live: writes committed by one pipelined writer | \(format(live.writeRate))/s | |")
             print("| \(processes), live: updates into each mirror (slowest) | \(format(live.mirrorRate))/s | |")
-            print("| \(processes), backlog of \(writes): updates into each mirror (slowest) | \(format(backlog.mirrorRate))/s | target ≥ 250 k/s: \(backlog.mirrorRate >= 250_000 ? "met" : "NOT met") |")
+            print("| \(processes), backlog of \(writes): updates into each mirror (slowest) | \(format(backlog.mirrorRate))/s "
+                + "(\(format(backlog.mirrorRate * Double(count)))/s in all) | |")
+            let cpu = [backlog.cpuPerUpdate, rawCPU].map { String(format: "%.2f", $0) }
+            print("| \(processes), backlog: CPU per update in each process (all its threads), mirror / raw | \(cpu[0]) µs / \(cpu[1]) µs | |")
+            let share = backlog.mirrorRate / raw
+            print("| \(processes), the same backlog as raw libzmq messages, received by each (slowest) | \(format(raw))/s "
+                + "(\(format(raw * Double(count)))/s in all) | mirrors ÷ raw = \(String(format: "%.2f", share)); target ≥ 0.50: \(share >= 0.5 ? "met" : "NOT met") |")
         }
-
-        let memory = try mirrorMemory(daemon: daemon)
-        print("| mirror of \(memoryKeys) keys (64-byte string values), client RSS growth | \(String(format: "%.1f MB", memory / 1_000_000)) | target < 100 MB: \(memory < 100_000_000 ? "met" : "NOT met") |")
     }
 
     private func serialCommitLatencies(_ writer: WireClient) throws -> [Double] {
@@ -89,13 +116,14 @@ struct ClientBench: ParsableCommand {
     /// writes and timed from SIGCONT until they applied the last one — the client's own ingest
     /// capacity, without the writer and daemon competing for the two cores.
     private func throughput(daemon: DaemonUnderTest, subscriberCount: Int,
-                            frozen: Bool) throws -> (writeRate: Double, mirrorRate: Double) {
+                            frozen: Bool) throws -> (writeRate: Double, mirrorRate: Double, cpuPerUpdate: Double) {
         let prefix = "bench.t\(subscriberCount)\(frozen ? "f" : "l")."
         let probes = try (0..<subscriberCount).map { _ in
-            try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "mirror", "--prefix", prefix])
+            try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "mirror", "--prefix", prefix],
+                                  under: profileWith)
         }
         defer { probes.forEach { $0.stop() } }
-        for probe in probes { try probe.waitFor("READY") }
+        let readyCPU = try probes.map { try $0.waitFor("READY").split(separator: " ").dropFirst().first.flatMap { UInt64($0) } ?? 0 }
         if frozen { probes.forEach { $0.signal(SIGSTOP) } }
         var start = monotonicNanoseconds()
         _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: writes, window: 5_000,
@@ -112,7 +140,54 @@ struct ClientBench: ParsableCommand {
         if applied != min(writes, keys + 1) {
             print("warning: a mirror holds \(applied) keys, expected \(min(writes, keys + 1))")
         }
-        return (writeRate, Double(writes) / (Double(slowest - start) / 1e9))
+        let cpu = zip(finishes, readyCPU).compactMap { finish, ready in finish.count > 3 ? UInt64(finish[3]).map { Double($0 - ready) } : nil }
+        return (writeRate, Double(writes) / (Double(slowest - start) / 1e9), cpu.reduce(0, +) / Double(max(cpu.count, 1)) / Double(writes) / 1000)
+    }
+
+    /// The ceiling for ``throughput(daemon:subscriberCount:frozen:)``'s backlog: the same number
+    /// of messages of the same shape (the key as topic, a `Diff` as body) from a raw PUB socket to
+    /// as many processes with a raw SUB socket, frozen while they are sent, timed from SIGCONT
+    /// until each has received them all. Messages per second into each (the slowest), and the
+    /// CPU each process spent per message, in µs (the mean).
+    private func rawBacklog(directory: String, subscriberCount: Int) throws -> (rate: Double, cpuPerMessage: Double) {
+        let context = try ZMQContext()
+        let endpoint = "ipc://\(directory)/raw-fanout"
+        let pub = try ZMQSocket(context, type: .pub)
+        try pub.setSendHighWaterMark(0)
+        try pub.bind(endpoint)
+        defer { pub.close() }
+        let probes = try (0..<subscriberCount).map { _ in
+            try SubscriberProcess(runtimeDirectory: directory, arguments: ["--mode", "raw", "--endpoint", endpoint, "--count", "\(writes)"])
+        }
+        defer { probes.forEach { $0.stop() } }
+        // Until every process has its subscription in: it answers the first message it gets.
+        let hello = [ZMQMessage(string: "hello"), ZMQMessage(bytes: [0])]
+        let deadline = Date().addingTimeInterval(30)
+        while probes.contains(where: { !$0.hasPrinted("READY") }) {
+            guard Date() < deadline else { throw ValidationError("a raw subscriber process never got a message") }
+            try pub.send(frames: hello)
+            usleep(5_000)
+        }
+        probes.forEach { $0.signal(SIGSTOP) }
+        let prefix = "bench.raw."
+        let messages = (0..<writes).map { index in
+            let key = prefix + "k\(index % keys)"
+            let body = WireEncoder.diff(epoch: 1, revision: UInt64(index + 1), part: 0, parts: 1, kind: .put, key: key,
+                                        encodedValue: encodedInt(index), version: UInt64(index / keys + 1), createRevision: 1,
+                                        expiresAtMilliseconds: 0, timestampMilliseconds: 1_700_000_000_000,
+                                        marks: [.with { $0.prefix = prefix; $0.previousRevision = UInt64(index); $0.parts = 1 }])
+            return (Array(key.utf8), body)
+        }
+        for (topic, body) in messages {
+            try pub.send(topic, flags: .sendMore)
+            try pub.send(body)
+        }
+        let start = monotonicNanoseconds()
+        probes.forEach { $0.signal(SIGCONT) }
+        let finishes = try probes.map { try $0.waitFor("DONE", timeout: 300).split(separator: " ") }
+        let slowest = finishes.compactMap { UInt64($0[1]) }.max() ?? start
+        let cpu = finishes.compactMap { $0.count > 3 ? UInt64($0[3]).map { Double($0) } : nil }
+        return (Double(writes) / (Double(slowest - start) / 1e9), cpu.reduce(0, +) / Double(max(cpu.count, 1)) / Double(writes) / 1000)
     }
 
     private func mirrorMemory(daemon: DaemonUnderTest) throws -> Double {
@@ -136,9 +211,13 @@ final class SubscriberProcess: @unchecked Sendable {
     private var lines: [String] = []
     private var partial = Data()
 
-    init(runtimeDirectory: String, arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-        process.arguments = ["client-subscriber", "--runtime-dir", runtimeDirectory] + arguments
+    /// Starts `beacon-bench client-subscriber` with `arguments`; with `wrapper` (a command and
+    /// its arguments, split at spaces), under that command.
+    init(runtimeDirectory: String, arguments: [String], under wrapper: String? = nil) throws {
+        let own = [CommandLine.arguments[0], "client-subscriber", "--runtime-dir", runtimeDirectory] + arguments
+        let command = (wrapper?.split(separator: " ").map(String.init) ?? []) + own
+        process.executableURL = URL(fileURLWithPath: command[0].hasPrefix("/") ? command[0] : "/usr/bin/env")
+        process.arguments = command[0].hasPrefix("/") ? Array(command.dropFirst()) : command
         process.standardOutput = output
         try process.run()
         // A thread of its own reads until end of file (Foundation traps when a readability
@@ -156,6 +235,9 @@ final class SubscriberProcess: @unchecked Sendable {
             }
         }
     }
+
+    /// Whether a line starting with `word` was printed.
+    func hasPrinted(_ word: String) -> Bool { lock.withLock { lines.contains { $0.hasPrefix(word) } } }
 
     /// Waits for a line starting with `word` and returns it.
     @discardableResult
@@ -184,11 +266,13 @@ struct ClientSubscriber: ParsableCommand {
         commandName: "client-subscriber", abstract: "A subscriber process started by `beacon-bench client`.", shouldDisplay: false)
 
     @Option(help: "The daemon's runtime directory.") var runtimeDir: String
-    @Option(help: "latency, mirror or memory.") var mode: String
+    @Option(help: "latency, mirror, memory or raw.") var mode: String
     @Option(help: "The prefix mirrored (mirror, memory).") var prefix = ""
-    @Option(help: "Keys expected (memory).") var count = 0
+    @Option(help: "Keys expected (memory), messages expected after the first (raw).") var count = 0
+    @Option(help: "The raw publisher's endpoint (raw).") var endpoint = ""
 
     func run() throws {
+        if mode == "raw" { return try receiveRaw() }
         let baseline = residentBytes()
         let client = try BeaconClient(runtimeDirectory: runtimeDir)
         let subscriber = Subscriber(client: client, baseline: baseline)
@@ -198,6 +282,35 @@ struct ClientSubscriber: ParsableCommand {
         default: try subscriber.measureMemory(prefix: prefix, count: count)
         }
         dispatchMain()
+    }
+}
+
+extension ClientSubscriber {
+    /// A raw SUB socket: says READY at its first message, then DONE with the time once `count`
+    /// more have arrived (both frames of each read, nothing decoded).
+    func receiveRaw() throws {
+        let context = try ZMQContext()
+        let sub = try ZMQSocket(context, type: .sub)
+        try sub.setReceiveHighWaterMark(0)
+        try sub.connect(endpoint)
+        try sub.subscribe([])
+        let frame = ZMQMessage()
+        try sub.receive(into: frame)
+        try sub.receive(into: frame)
+        emit("READY")
+        let readyCPU = processCPUNanoseconds()
+        var received = 0
+        while received < count {
+            try sub.receive(into: frame)
+            if frame.bytes == Array("hello".utf8) {  // the publisher's greetings to slower processes
+                try sub.receive(into: frame)
+                continue
+            }
+            try sub.receive(into: frame)
+            received += 1
+        }
+        let now = monotonicNanoseconds()
+        emit("DONE \(now) \(received) \(processCPUNanoseconds() - readyCPU)")
     }
 }
 
@@ -239,10 +352,10 @@ final class Subscriber: @unchecked Sendable {
         handles.append(effect { [client] in
             if !ready, client.connection.value == .live, map.status == .live {
                 ready = true
-                emit("READY")
+                emit("READY \(processCPUNanoseconds())")
             }
             if done.value >= 0 {
-                emit("DONE \(monotonicNanoseconds()) \(map.count)")
+                emit("DONE \(monotonicNanoseconds()) \(map.count) \(processCPUNanoseconds())")
             }
         })
     }
