@@ -259,17 +259,20 @@ public struct FollowerCore: Sendable {
 
     /// Applies the rules to one diff.
     public mutating func receive(_ diff: Beacon_V1_Diff) {
-        let revision = diff.event.revision
+        let event = diff.event
+        let revision = event.revision
         if diff.epoch == epoch { streamHead = max(streamHead, revision) }
-        if diff.epoch == epoch, held.contains(where: { !$0.markerSeen && $0.parts > 1 && $0.revision < revision }) {
+        if diff.epoch == epoch, !held.isEmpty, held.contains(where: { !$0.markerSeen && $0.parts > 1 && $0.revision < revision }) {
             repairAll()  // the stream moved past a revision whose commit marker was lost
         }
-        let key = diff.event.change.key.utf8
+        let fullKey = event.change.key
+        let key = fullKey.utf8
         for length in prefixLengths {
             guard length <= key.count else { break }
-            let prefix = length == key.count ? diff.event.change.key : String(Substring(key.prefix(length)))
-            guard followers[prefix]?.isLive == true else { continue }
-            act(on: followers[prefix]!.sequencer.accept(diff), for: prefix)
+            let prefix = length == key.count ? fullKey : String(Substring(key.prefix(length)))
+            // One lookup; the follower is changed where it is stored.
+            guard let index = followers.index(forKey: prefix), followers.values[index].isLive else { continue }
+            act(on: followers.values[index].sequencer.accept(diff), for: prefix)
         }
     }
 
@@ -505,7 +508,7 @@ public struct FollowerCore: Sendable {
         var released = false
         if !ready.isEmpty {
             Self.append(ready, epoch: epoch, to: &output)
-            ready.removeAll(keepingCapacity: true)
+            ready = []  // its storage went to `output` (a copy-free hand-over when output was empty)
             released = true
         }
         if !held.isEmpty || !pendingSnapshots.isEmpty { released = releaseHeld(into: &output) || released }

@@ -66,6 +66,10 @@ public struct PrefixSequencer: Sendable {
         if pendingRevision != 0 && pendingRevision != event.revision { return .repair }  // parts lost
         if pendingRevision == 0 {
             if mark.previousRevision > through { return .repair }  // a whole revision was missed
+            if mark.parts <= 1 {  // the revision's one change under the prefix: the common case
+                through = event.revision
+                return .completed([event])
+            }
             pendingRevision = event.revision
             pendingParts = mark.parts
         }
@@ -73,7 +77,9 @@ public struct PrefixSequencer: Sendable {
         guard pending.count >= Int(pendingParts) else { return .none }
         let completed = pending
         through = pendingRevision
-        clearPending()
+        pendingRevision = 0
+        pendingParts = 0
+        pending = []  // its storage goes with `completed`
         return .completed(completed)
     }
 

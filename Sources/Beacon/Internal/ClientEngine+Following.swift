@@ -131,7 +131,6 @@ extension ClientEngine {
                 }
             }
             if hasDueFetch { syncFollowers(now: ClientEngine.now()) }
-            takeReleased()
         }
     }
 
