@@ -38,7 +38,7 @@ struct ClientBench: ParsableCommand {
     @Option(help: "Subscriber process counts for the throughput runs.") var subscribers: [Int] = [1, 8, 32]
     @Option(help: "Keys in the memory run.") var memoryKeys = 100_000
     @Option(help: "Only one part: latency, throughput or memory.") var only: String?
-    @Option(help: ArgumentHelp("Run each mirroring subscriber process under this command, to profile it.", valueName: "command"))
+    @Option(help: ArgumentHelp("Run each mirroring subscriber process under this command, to profile it (a backlog run's freeze then stops the command, not the process: read the live runs).", valueName: "command"))
     var profileWith: String?
 
     func run() throws {
@@ -141,7 +141,9 @@ struct ClientBench: ParsableCommand {
             print("warning: a mirror holds \(applied) keys, expected \(min(writes, keys + 1))")
         }
         let cpu = zip(finishes, readyCPU).compactMap { finish, ready in finish.count > 3 ? UInt64(finish[3]).map { Double($0 - ready) } : nil }
-        return (writeRate, Double(writes) / (Double(slowest - start) / 1e9), cpu.reduce(0, +) / Double(max(cpu.count, 1)) / Double(writes) / 1000)
+        // Under --profile-with the freeze stops the wrapper, not the process, which may finish first.
+        let elapsed = slowest > start ? slowest - start : 1
+        return (writeRate, Double(writes) / (Double(elapsed) / 1e9), cpu.reduce(0, +) / Double(max(cpu.count, 1)) / Double(writes) / 1000)
     }
 
     /// The ceiling for ``throughput(daemon:subscriberCount:frozen:)``'s backlog: the same number

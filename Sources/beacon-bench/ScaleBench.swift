@@ -119,7 +119,9 @@ struct ScaleBench: ParsableCommand {
         let met = median(resumed) < 1000
         print("| catch-up of \(missed) missed changes over \(keys) keys: client with a local journal, start → mirror at head | \(spread(resumed, milliseconds)) | < 1 s: \(met ? "**met**" : "**not met**") |")
         print("| the same for a new client (no local journal) | \(spread(fresh, milliseconds)) | |")
-        print("| the same changes fetched as deltas (`Delta` pages of 50,000, read and decoded) | \(spread(deltas, milliseconds)) (\(format(Double(missed) / median(deltas) * 1000))/s) | ≥ 1 M/s |")
+        let deltaRate = Double(missed) / median(deltas) * 1000
+        print("| the same changes fetched as deltas (`Delta` pages of 50,000, read and decoded) | \(spread(deltas, milliseconds)) "
+            + "(\(format(deltaRate))/s) | ≥ 1 M/s: \(deltaRate >= 1_000_000 ? "**met**" : "**not met**") |")
         let rate = { (milliseconds: Double) in "\(format(Double(missed) / milliseconds * 1000))/s" }
         print("| the same changes as a client's history stream (`client.history(of:from:)`), until the last arrives | "
             + "\(spread(streamed, milliseconds)) (\(rate(median(streamed)))) | |")
