@@ -233,23 +233,22 @@ public final class BeaconClient: @unchecked Sendable {
     /// If the journal no longer holds history that old (compaction) or was replaced, the stream
     /// says so with ``HistoryEvent/resynced(revision:state:)`` and continues from that state.
     ///
-    /// The stream ends when the task iterating it is cancelled or the client is closed.
+    /// The stream ends when the task iterating it is cancelled, when it is dropped, or when the
+    /// client is closed.
     /// - Parameters:
     ///   - prefix: a key or prefix.
     ///   - exact: only the key equal to `prefix`.
     ///   - from: the first revision wanted; 0 or 1 for all retained history.
-    public func history(of prefix: String, exact: Bool = false, from revision: UInt64 = 0) -> AsyncThrowingStream<HistoryEvent, any Error> {
-        let (stream, continuation) = AsyncThrowingStream<HistoryEvent, any Error>.makeStream()
+    public func history(of prefix: String, exact: Bool = false, from revision: UInt64 = 0) -> HistoryStream {
+        let feed = HistoryFeed()
         if let problem = exact ? KeyPath.problem(key: prefix) : KeyPath.problem(prefix: prefix) {
-            continuation.finish(throwing: BeaconError(.invalidKey, "invalid key \"\(prefix)\": \(problem)", key: prefix))
-            return stream
+            feed.finish(throwing: BeaconError(.invalidKey, "invalid key \"\(prefix)\": \(problem)", key: prefix))
+            return HistoryStream(feed)
         }
         let id = nextStreamID.wrappingAdd(1, ordering: .relaxed).oldValue
-        continuation.onTermination = { [engine] termination in
-            if case .cancelled = termination { engine.submit(.cancelHistory(id: id)) }
-        }
-        engine.submit(.history(HistoryRequest(id: id, prefix: prefix, exact: exact, fromRevision: revision, continuation: continuation)))
-        return stream
+        feed.setOnCancel { [engine] in engine.submit(.cancelHistory(id: id)) }
+        engine.submit(.history(HistoryRequest(id: id, prefix: prefix, exact: exact, fromRevision: revision, feed: feed)))
+        return HistoryStream(feed)
     }
 }
 

@@ -8,34 +8,37 @@ final class HistoryFollower {
     let prefix: String
     /// Only this key (an exact-key stream), or every key under the prefix.
     let exactKey: String?
-    let continuation: AsyncThrowingStream<HistoryEvent, any Error>.Continuation
+    let feed: HistoryFeed
     var core = FollowerCore(mode: .stream)
 
     init(_ request: HistoryRequest) {
         id = request.id
         prefix = request.prefix
         exactKey = request.exact ? request.prefix : nil
-        continuation = request.continuation
+        feed = request.feed
         core.follow(request.prefix, resumingAfter: max(request.fromRevision, 1) - 1)
     }
 
     func wants(_ key: String) -> Bool { exactKey == nil || exactKey == key }
 
-    /// Hands what the core released to the stream.
+    /// Hands what the core released to the stream, in one page.
     func deliver() {
+        var page: [HistoryEvent] = []
         while let release = core.takeRelease() {
             for step in release.steps {
                 switch step {
                 case .revisions(_, let events):
-                    for event in events where wants(event.change.key) { continuation.yield(.change(KeyChange(event))) }
+                    page.reserveCapacity(page.count + events.count)
+                    for event in events where wants(event.change.key) { page.append(.change(KeyChange(event))) }
                 case .snapshot(_, _, let revision, let kvs):
                     let state = kvs.filter { wants($0.key) }.map { KeyChange(Beacon_V1_Event(writing: $0)) }
-                    continuation.yield(.resynced(revision: revision, state: state))
+                    page.append(.resynced(revision: revision, state: state))
                 case .resumed:
                     break
                 }
             }
         }
+        feed.yield(page)
     }
 }
 
@@ -66,7 +69,7 @@ extension ClientEngine {
     func stopHistory(_ id: Int) {
         guard let history = histories.removeValue(forKey: id) else { return }
         retiredHistoryStatistics.add(history.core.statistics)
-        history.continuation.finish()
+        history.feed.finish()
         removeSubscription(history.prefix)
     }
 

@@ -112,7 +112,7 @@ final class ClientEngine: @unchecked Sendable {
     private static func refuse(_ command: EngineCommand, _ error: BeaconError) {
         switch command {
         case .write(let request): request.complete(.failure(error))
-        case .history(let request): request.continuation.finish(throwing: error)
+        case .history(let request): request.feed.finish(throwing: error)
         default: break
         }
     }
@@ -379,7 +379,7 @@ final class ClientEngine: @unchecked Sendable {
         pendingWrites.removeAll()
         for write in awaitingMirror { write.request.complete(.failure(error)) }
         awaitingMirror.removeAll()
-        for history in histories.values { history.continuation.finish() }
+        for history in histories.values { history.feed.finish() }
         histories.removeAll()
         let leftOver = commandLock.withLock {
             acceptsCommands = false

@@ -33,7 +33,7 @@ struct HistoryRequest: Sendable {
     var prefix: String
     var exact: Bool
     var fromRevision: UInt64
-    var continuation: AsyncThrowingStream<HistoryEvent, any Error>.Continuation
+    var feed: HistoryFeed
 }
 
 /// What the I/O thread hands to the graph, in order.
