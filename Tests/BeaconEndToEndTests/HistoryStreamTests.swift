@@ -1,5 +1,6 @@
 @testable import Beacon
 import BeaconProtocol
+import BeaconWire
 import Foundation
 import Synchronization
 import Testing
@@ -93,6 +94,35 @@ struct HistoryStreamTests {
         let kept = HistoryStream(finished)
         withExtendedLifetime(kept) { finished.finish() }
         #expect(told.load(ordering: .relaxed) == 1)
+    }
+
+    @Test("A client's history stream of many pages (each asked for while the one before is taken in) has every change once, in order, then goes live")
+    func aLongHistoryStreamsEveryChangeInOrder() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let total = 25_000  // beyond two of the daemon's 10,000-change pages
+        for start in stride(from: 0, to: total, by: 500) {
+            let puts: [Beacon_V1_Request.OneOf_Op] = (start..<start + 500).map { i in
+                .put(.with { $0.key = "long.k\(i % 100)"; $0.value = .with { $0.intValue = Int64(i) } })
+            }
+            _ = try wire.batch(puts)
+        }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        var stream = test.client.history(of: "long.", from: 1).makeAsyncIterator()
+        var expected: UInt64 = 1
+        while expected <= UInt64(total) {
+            guard case .change(let change) = try await stream.next() else { Issue.record("expected a change"); return }
+            guard change.revision == expected, try change.value(as: Int.self) == Int(expected) - 1 else {
+                Issue.record("change \(change.revision) where \(expected) was due")
+                return
+            }
+            expected += 1
+        }
+        try await test.client.set("long.live", -1)
+        #expect(Self.revision(try await stream.next()) == UInt64(total) + 1)
+        test.client.close()
     }
 
     @Test("A client's history stream ends when its task is cancelled, and the client goes on streaming")

@@ -96,9 +96,24 @@ extension ClientEngine {
             mirrors.complete(fetch, with: reply)
         }
         for history in histories.values {
+            // A stream's next page is asked for as soon as a page says there is more, so that
+            // the daemon reads it while this one is taken in.
+            var prefetched: (fetch: FollowerCore.Fetch, id: UInt64)?
             while answered && budget > 0, let fetch = history.core.nextFetch() {
                 budget -= 1
-                let reply = call(fetch.request)
+                let reply: Beacon_V1_Reply?
+                if let ahead = prefetched, ahead.fetch == fetch {
+                    reply = awaitReply(id: ahead.id)
+                } else {
+                    reply = call(fetch.request)  // a reply to a prefetch not wanted after all is skipped
+                }
+                prefetched = nil
+                if case .events(let page) = reply?.result, page.more, case .delta(_, let smaller) = fetch.kind {
+                    let next = FollowerCore.Fetch(prefix: fetch.prefix, kind: .delta(since: page.revision, snapshotIfSmaller: smaller))
+                    let id = nextID()
+                    sendRequest(id: id, next.request)
+                    prefetched = (next, id)
+                }
                 answered = reply != nil
                 history.core.complete(fetch, with: reply)
             }

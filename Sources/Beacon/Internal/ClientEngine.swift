@@ -295,6 +295,13 @@ final class ClientEngine: @unchecked Sendable {
     func call(_ op: Beacon_V1_Request.OneOf_Op) -> Beacon_V1_Reply? {
         let id = nextID()
         sendRequest(id: id, op)
+        return awaitReply(id: id)
+    }
+
+    /// Waits for the reply to request `id`, sent already, handing other replies to their writes
+    /// meanwhile.
+    /// - Returns: the reply, or `nil` on timeout (the daemon is then considered silent).
+    func awaitReply(id: UInt64) -> Beacon_V1_Reply? {
         // A daemon slower than the timeout would never get a sync through: each timeout in a
         // row doubles the next wait (up to 32 times the configured timeout).
         let deadline = Self.now() + configuration.requestTimeoutMilliseconds << min(consecutiveTimeouts, 5)
