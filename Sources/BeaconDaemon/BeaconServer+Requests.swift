@@ -367,7 +367,7 @@ extension BeaconServer {
             let prefixRevision = lease(delta.prefix, now: now)
             let page = try changes(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
                                    to: store.headRevision, limit: delta.limit)
-            return .encoded(eventsReply(id: id, page, prefixRevision: prefixRevision))
+            return .encoded(try eventsReply(id: id, page, prefixRevision: prefixRevision))
 
         case .history(let history):
             if history.exact {
@@ -383,7 +383,7 @@ extension BeaconServer {
             let to = history.toRevision == 0 ? store.headRevision : min(history.toRevision, store.headRevision)
             let page = try changes(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
                                    to: to, limit: history.limit)
-            return .encoded(eventsReply(id: id, page, prefixRevision: 0))
+            return .encoded(try eventsReply(id: id, page, prefixRevision: 0))
 
         default:
             preconditionFailure("only Delta and History are answered with changes")
@@ -418,12 +418,24 @@ extension BeaconServer {
         }
     }
 
-    /// `page` as an encoded `EventsReply` to request `id`.
-    private func eventsReply(id: UInt64, _ page: ChangesPage, prefixRevision: UInt64) -> [UInt8] {
-        let events = page.changes.map { change in
-            WireEncoder.Event(revision: change.revision, part: change.part, parts: change.parts, kind: StoredValueCodec.kind(change.kind),
-                              key: change.key, encodedValue: change.value, version: change.version, createRevision: change.createRevision,
-                              expiresAtMilliseconds: change.expiresAtMilliseconds, timestampMilliseconds: change.timestampMilliseconds)
+    /// `page` as an encoded `EventsReply` to request `id`; a stored value that does not decode
+    /// is an `INTERNAL` error, logged (never a page a client cannot read).
+    private func eventsReply(id: UInt64, _ page: ChangesPage, prefixRevision: UInt64) throws(Refusal) -> [UInt8] {
+        var events: [WireEncoder.Event] = []
+        events.reserveCapacity(page.changes.count)
+        for change in page.changes {
+            if change.kind == .put && !EncodedValue.isWellFormed(change.value) {
+                // Not certainly well formed: the decoder decides, as for any other read.
+                do {
+                    _ = try StoredValueCodec.value(change.value, key: change.key, revision: change.revision)
+                } catch {
+                    throw undecodable(error)
+                }
+            }
+            events.append(WireEncoder.Event(
+                revision: change.revision, part: change.part, parts: change.parts, kind: StoredValueCodec.kind(change.kind),
+                key: change.key, encodedValue: change.value, version: change.version, createRevision: change.createRevision,
+                expiresAtMilliseconds: change.expiresAtMilliseconds, timestampMilliseconds: change.timestampMilliseconds))
         }
         return WireEncoder.eventsReply(id: id, events: events, revision: page.revision, epoch: pipeline.epoch,
                                        prefixRevision: prefixRevision, compactedRevision: pipeline.compactedRevision, more: page.more)

@@ -97,3 +97,30 @@ struct FastReplyTests {
         #expect(Array(whole.dropLast()).withUnsafeBytes { FastReply.decodeEvents($0) } == nil, "truncated")
     }
 }
+
+/// The daemon's check of a stored value before it goes into a page as it is: every value it
+/// could have stored passes, and nothing passes that SwiftProtobuf would not decode.
+struct EncodedValueTests {
+    @Test func acceptsEveryValueAndNothingADecoderRefuses() throws {
+        var random = SplitMix64(seed: 11)
+        for _ in 0..<5_000 {
+            let encoded: [UInt8] = try FastDiffTests.randomValue(&random).serializedBytes()
+            #expect(EncodedValue.isWellFormed(encoded))
+            // Damaged copies: whatever the check passes must decode.
+            var damaged = encoded
+            if !damaged.isEmpty {
+                switch random.next(3) {
+                case 0: damaged.removeLast(1 + random.next(damaged.count) % damaged.count)
+                case 1: damaged[random.next(damaged.count)] = UInt8(random.next(256))
+                default: damaged.insert(UInt8(random.next(256)), at: random.next(damaged.count))
+                }
+            }
+            if EncodedValue.isWellFormed(damaged) {
+                #expect((try? Beacon_V1_Value(serializedBytes: damaged)) != nil, "\(damaged) passed but does not decode")
+            }
+        }
+        #expect(!EncodedValue.isWellFormed([0xFF]), "field 31, wire type 7")
+        #expect(!EncodedValue.isWellFormed([0x2A, 0x02, 0xC3, 0x28]), "a string that is not UTF-8")
+        #expect(!EncodedValue.isWellFormed([0x2A, 0x05, 0x61]), "a string longer than what is left")
+    }
+}

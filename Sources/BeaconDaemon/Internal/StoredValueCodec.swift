@@ -35,7 +35,7 @@ enum StoredValueCodec {
         }
     }
 
-    private static func value(_ bytes: [UInt8], key: String, revision: UInt64) throws(UndecodableValue) -> Beacon_V1_Value {
+    static func value(_ bytes: [UInt8], key: String, revision: UInt64) throws(UndecodableValue) -> Beacon_V1_Value {
         do {
             return try Beacon_V1_Value(serializedBytes: bytes)
         } catch {
