@@ -16,15 +16,11 @@ public enum EncodedValue {
         var reader = ProtoReader(bytes: bytes, index: start, end: end)
         while !reader.atEnd {
             guard let (field, wire) = reader.tag() else { return false }
+            if let wellFormed = skipScalar(field, wire, &reader) {
+                guard wellFormed else { return false }
+                continue
+            }
             switch (field, wire) {
-            case (1, 0), (2, 0), (3, 0):
-                guard reader.varint() != nil else { return false }
-            case (4, 1):
-                guard reader.skip(8) else { return false }
-            case (5, 2):
-                guard let (s, e) = reader.lengthDelimited(), isUTF8(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else { return false }
-            case (6, 2):
-                guard reader.lengthDelimited() != nil else { return false }
             case (7, 2):  // ListValue: repeated Value items = 1
                 guard let (s, e) = reader.lengthDelimited(), repeated(bytes, s, e, depth: depth + 1, entry: { bytes, s, e, depth in
                     value(bytes, s, e, depth: depth)
@@ -36,6 +32,24 @@ public enum EncodedValue {
             }
         }
         return true
+    }
+
+    /// Reads one scalar field of a `Value` (null, bool, int, double, string, bytes) after its tag.
+    /// - Returns: whether it is well formed; `nil` when the tag is not a scalar field's.
+    static func skipScalar(_ field: UInt64, _ wire: UInt8, _ reader: inout ProtoReader) -> Bool? {
+        switch (field, wire) {
+        case (1, 0), (2, 0), (3, 0):
+            return reader.varint() != nil
+        case (4, 1):
+            return reader.skip(8)
+        case (5, 2):
+            guard let (s, e) = reader.lengthDelimited() else { return false }
+            return ProtoReader.isUTF8(UnsafeRawBufferPointer(rebasing: reader.bytes[s..<e]))
+        case (6, 2):
+            return reader.lengthDelimited() != nil
+        default:
+            return nil
+        }
     }
 
     /// A message whose only field is a repeated message, field 1, each checked by `entry`.
@@ -55,7 +69,7 @@ public enum EncodedValue {
         while !reader.atEnd {
             guard let (field, wire) = reader.tag(), wire == 2, let (s, e) = reader.lengthDelimited() else { return false }
             switch field {
-            case 1: guard isUTF8(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else { return false }
+            case 1: guard ProtoReader.isUTF8(UnsafeRawBufferPointer(rebasing: bytes[s..<e])) else { return false }
             case 2: guard value(bytes, s, e, depth: depth) else { return false }
             default: return false
             }
@@ -63,10 +77,4 @@ public enum EncodedValue {
         return true
     }
 
-    private static func isUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        for byte in bytes where byte >= 0x80 {
-            return String(validating: bytes, as: UTF8.self) != nil
-        }
-        return true
-    }
 }

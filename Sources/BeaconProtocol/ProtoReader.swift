@@ -53,6 +53,14 @@ struct ProtoReader {
         return ascii ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
     }
 
+    /// Whether `bytes` are valid UTF-8, without making a string of them when they are ASCII.
+    static func isUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        for byte in bytes where byte >= 0x80 {
+            return String(validating: bytes, as: UTF8.self) != nil
+        }
+        return true
+    }
+
     mutating func skip(_ count: Int) -> Bool {
         guard end - index >= count else { return false }
         index += count

@@ -26,35 +26,18 @@ public enum WireEncoder {
         expiresAtMilliseconds: UInt64, timestampMilliseconds: UInt64, marks: [Beacon_V1_PrefixMark],
         into output: (_ count: Int, _ fill: (UnsafeMutableRawBufferPointer) -> Void) throws(Failure) -> Output
     ) throws(Failure) -> Output {
-        let kindNumber = UInt64(kind.rawValue)
-        let keyCount = key.utf8.count
-        var change = ProtoSize.field(WireField.Change.kind, kindNumber) + ProtoSize.field(WireField.Change.key, byteCount: keyCount)
-        if kind == .put { change += ProtoSize.message(WireField.Change.value, length: encodedValue.count) }
-        change += ProtoSize.field(WireField.Change.version, version) + ProtoSize.field(WireField.Change.createRevision, createRevision)
-            + ProtoSize.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
-        let event = ProtoSize.field(WireField.Event.revision, revision) + ProtoSize.field(WireField.Event.part, UInt64(part))
-            + ProtoSize.field(WireField.Event.parts, UInt64(parts)) + ProtoSize.message(WireField.Event.change, length: change)
-            + ProtoSize.field(WireField.Event.timestampMs, timestampMilliseconds)
+        let change = changeSize(kind: kind, keyCount: key.utf8.count, valueCount: encodedValue.count, version: version,
+                                createRevision: createRevision, expiresAtMilliseconds: expiresAtMilliseconds)
+        let event = eventSize(revision: revision, part: part, parts: parts, changeSize: change, timestampMilliseconds: timestampMilliseconds)
         var total = ProtoSize.field(WireField.Diff.epoch, epoch) + ProtoSize.message(WireField.Diff.event, length: event)
         for index in marks.indices { total += ProtoSize.message(WireField.Diff.marks, length: markSize(marks[index])) }
         return try output(total) { buffer in
             ProtoWriter.write(into: buffer, count: total) { out in
                 out.field(WireField.Diff.epoch, epoch)
                 out.header(WireField.Diff.event, length: event)
-                out.field(WireField.Event.revision, revision)
-                out.field(WireField.Event.part, UInt64(part))
-                out.field(WireField.Event.parts, UInt64(parts))
-                out.header(WireField.Event.change, length: change)
-                out.field(WireField.Change.kind, kindNumber)
-                out.field(WireField.Change.key, string: key)
-                if kind == .put {
-                    out.header(WireField.Change.value, length: encodedValue.count)
-                    encodedValue.withUnsafeBytes { out.raw($0) }
-                }
-                out.field(WireField.Change.version, version)
-                out.field(WireField.Change.createRevision, createRevision)
-                out.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
-                out.field(WireField.Event.timestampMs, timestampMilliseconds)
+                writeEvent(into: &out, revision: revision, part: part, parts: parts, changeSize: change, kind: kind, key: key,
+                           encodedValue: encodedValue, version: version, createRevision: createRevision,
+                           expiresAtMilliseconds: expiresAtMilliseconds, timestampMilliseconds: timestampMilliseconds)
                 for index in marks.indices {
                     out.header(WireField.Diff.marks, length: markSize(marks[index]))
                     out.field(WireField.PrefixMark.prefix, string: marks[index].prefix)
@@ -96,37 +79,60 @@ public enum WireEncoder {
 
         /// The encoded `Change`'s size.
         var changeSize: Int {
-            var size = ProtoSize.field(WireField.Change.kind, UInt64(kind.rawValue))
-                + ProtoSize.field(WireField.Change.key, byteCount: key.utf8.count)
-            if kind == .put { size += ProtoSize.message(WireField.Change.value, length: encodedValue.count) }
-            return size + ProtoSize.field(WireField.Change.version, version) + ProtoSize.field(WireField.Change.createRevision, createRevision)
-                + ProtoSize.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+            WireEncoder.changeSize(kind: kind, keyCount: key.utf8.count, valueCount: encodedValue.count, version: version,
+                                   createRevision: createRevision, expiresAtMilliseconds: expiresAtMilliseconds)
         }
 
         /// The encoded `Event`'s size, given its change's.
         func size(changeSize: Int) -> Int {
-            ProtoSize.field(WireField.Event.revision, revision) + ProtoSize.field(WireField.Event.part, UInt64(part))
-                + ProtoSize.field(WireField.Event.parts, UInt64(parts)) + ProtoSize.message(WireField.Event.change, length: changeSize)
-                + ProtoSize.field(WireField.Event.timestampMs, timestampMilliseconds)
+            WireEncoder.eventSize(revision: revision, part: part, parts: parts, changeSize: changeSize, timestampMilliseconds: timestampMilliseconds)
         }
 
         /// Writes the `Event`'s fields (not its own header).
         func write(into out: inout ProtoWriter, changeSize: Int) {
-            out.field(WireField.Event.revision, revision)
-            out.field(WireField.Event.part, UInt64(part))
-            out.field(WireField.Event.parts, UInt64(parts))
-            out.header(WireField.Event.change, length: changeSize)
-            out.field(WireField.Change.kind, UInt64(kind.rawValue))
-            out.field(WireField.Change.key, string: key)
-            if kind == .put {
-                out.header(WireField.Change.value, length: encodedValue.count)
-                encodedValue.withUnsafeBytes { out.raw($0) }
-            }
-            out.field(WireField.Change.version, version)
-            out.field(WireField.Change.createRevision, createRevision)
-            out.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
-            out.field(WireField.Event.timestampMs, timestampMilliseconds)
+            WireEncoder.writeEvent(into: &out, revision: revision, part: part, parts: parts, changeSize: changeSize, kind: kind, key: key,
+                                   encodedValue: encodedValue, version: version, createRevision: createRevision,
+                                   expiresAtMilliseconds: expiresAtMilliseconds, timestampMilliseconds: timestampMilliseconds)
         }
+    }
+
+    // The `Event` of a diff and of a page, written the same way.
+
+    @inline(__always)
+    static func changeSize(kind: Beacon_V1_Change.Kind, keyCount: Int, valueCount: Int, version: UInt64, createRevision: UInt64,
+                           expiresAtMilliseconds: UInt64) -> Int {
+        var size = ProtoSize.field(WireField.Change.kind, UInt64(kind.rawValue)) + ProtoSize.field(WireField.Change.key, byteCount: keyCount)
+        if kind == .put { size += ProtoSize.message(WireField.Change.value, length: valueCount) }
+        return size + ProtoSize.field(WireField.Change.version, version) + ProtoSize.field(WireField.Change.createRevision, createRevision)
+            + ProtoSize.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+    }
+
+    @inline(__always)
+    static func eventSize(revision: UInt64, part: UInt32, parts: UInt32, changeSize: Int, timestampMilliseconds: UInt64) -> Int {
+        ProtoSize.field(WireField.Event.revision, revision) + ProtoSize.field(WireField.Event.part, UInt64(part))
+            + ProtoSize.field(WireField.Event.parts, UInt64(parts)) + ProtoSize.message(WireField.Event.change, length: changeSize)
+            + ProtoSize.field(WireField.Event.timestampMs, timestampMilliseconds)
+    }
+
+    /// Writes an `Event`'s fields (not its own header).
+    @inline(__always)
+    static func writeEvent(into out: inout ProtoWriter, revision: UInt64, part: UInt32, parts: UInt32, changeSize: Int,
+                           kind: Beacon_V1_Change.Kind, key: String, encodedValue: [UInt8], version: UInt64, createRevision: UInt64,
+                           expiresAtMilliseconds: UInt64, timestampMilliseconds: UInt64) {
+        out.field(WireField.Event.revision, revision)
+        out.field(WireField.Event.part, UInt64(part))
+        out.field(WireField.Event.parts, UInt64(parts))
+        out.header(WireField.Event.change, length: changeSize)
+        out.field(WireField.Change.kind, UInt64(kind.rawValue))
+        out.field(WireField.Change.key, string: key)
+        if kind == .put {
+            out.header(WireField.Change.value, length: encodedValue.count)
+            encodedValue.withUnsafeBytes { out.raw($0) }
+        }
+        out.field(WireField.Change.version, version)
+        out.field(WireField.Change.createRevision, createRevision)
+        out.field(WireField.Change.expiresAtMs, expiresAtMilliseconds)
+        out.field(WireField.Event.timestampMs, timestampMilliseconds)
     }
 
     /// Encodes a `beacon.v1.Reply` with request id `id` whose result is an `EventsReply` (a

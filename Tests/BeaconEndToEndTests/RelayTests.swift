@@ -106,6 +106,40 @@ func everything(_ client: WireClient) throws -> [Beacon_V1_KeyValue] {
     return list.kvs
 }
 
+/// Runs transactions setting `keys(i)` to i = 1, 2, … on the daemon in `runtimeDirectory`, each
+/// retried with its write id until acknowledged, until `stop` says so; each acknowledged i goes
+/// to `acknowledged`, then `after` runs, on the same connection.
+func writeTransactions(on runtimeDirectory: String, keys: @escaping @Sendable (Int) -> [String], until stop: @escaping @Sendable () -> Bool,
+                       acknowledged: @escaping @Sendable (Int) -> Void, group: DispatchGroup,
+                       after: @escaping @Sendable (WireClient, Int) -> Void = { _, _ in }) {
+    DispatchQueue.global().async(group: group) {
+        guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
+        var i = 1
+        while !stop() {
+            let ops: [Beacon_V1_TxnOp] = keys(i).map { key in
+                .with { $0.put = .with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } } }
+            }
+            if (try? client.transaction(ops, writeID: Array("t\(i)".utf8), timeoutMilliseconds: 500)) != nil {
+                acknowledged(i)
+                after(client, i)
+                i += 1
+            }
+        }
+    }
+}
+
+/// Waits (30 s at most) for `probe`'s effect over its pair of keys to see both at `total`, and
+/// expects that it never saw half a transaction nor a value go back.
+func expectWholeEffectRuns(_ probe: ProbeProcess, endingAt total: Int) async throws {
+    let deadline = ContinuousClock.now + .seconds(30)
+    func runs() -> [[Int]] { probe.lines.filter { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } } }
+    while runs().last != [total, total] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+    let effectRuns = runs()
+    #expect(effectRuns.last == [total, total])
+    #expect(effectRuns.allSatisfy { $0[0] == $0[1] }, "an effect saw half a transaction: \(effectRuns.filter { $0[0] != $0[1] }.prefix(5))")
+    #expect(zip(effectRuns, effectRuns.dropFirst()).allSatisfy { $0[0] < $1[0] }, "values went backwards or repeated")
+}
+
 /// A relay is a daemon like any other to its clients: same epoch, revisions, versions and
 /// values as its upstream, live diffs and deltas, writes forwarded and read back through it.
 @Suite(.serialized, .enabled(if: ZMQCurveKeyPair.isSupported, "libzmq without CURVE"))
@@ -386,20 +420,10 @@ struct RelayTests {
         let lastTransaction = Atomic<Int>(0)
         let primaryDirectory = primary.runtimeDirectory
         let writers = DispatchGroup()
-        DispatchQueue.global().async(group: writers) {
-            guard let client = try? WireClient(runtimeDirectory: primaryDirectory) else { return }
-            var i = 1
-            while !stop.load(ordering: .relaxed) {
-                let ops: [Beacon_V1_TxnOp] = ["a.x", "b.y", "b.k\(i % 20)"].map { key in
-                    .with { $0.put = .with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } } }
-                }
-                if (try? client.transaction(ops, writeID: Array("t\(i)".utf8), timeoutMilliseconds: 500)) != nil {
-                    lastTransaction.store(i, ordering: .relaxed)
-                    _ = try? client.put("a.only\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
-                    _ = try? client.put("c.k\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
-                    i += 1
-                }
-            }
+        writeTransactions(on: primaryDirectory, keys: { ["a.x", "b.y", "b.k\($0 % 20)"] }, until: { stop.load(ordering: .relaxed) },
+                          acknowledged: { lastTransaction.store($0, ordering: .relaxed) }, group: writers) { client, i in
+            _ = try? client.put("a.only\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
+            _ = try? client.put("c.k\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
         }
         try await Task.sleep(for: .milliseconds(300))
         try dropConnections(toPort: port + 1)  // the relay's subscription to the primary
@@ -439,13 +463,7 @@ struct RelayTests {
 
         // A client of the relay mirroring a.x and b.y never saw half a transaction, nor a value
         // go back, and ends at the last one.
-        let deadline = ContinuousClock.now + .seconds(30)
-        func runs() -> [[Int]] { probe.lines.filter { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } } }
-        while runs().last != [total, total] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
-        let effectRuns = runs()
-        #expect(effectRuns.last == [total, total])
-        #expect(effectRuns.allSatisfy { $0[0] == $0[1] }, "an effect saw half a transaction: \(effectRuns.filter { $0[0] != $0[1] }.prefix(5))")
-        #expect(zip(effectRuns, effectRuns.dropFirst()).allSatisfy { $0[0] < $1[0] }, "values went backwards or repeated")
+        try await expectWholeEffectRuns(probe, endingAt: total)
         let history = probe.history
         #expect(zip(history, history.dropFirst()).allSatisfy { $0.revision < $1.revision }, "history went back or repeated")
 
@@ -595,19 +613,8 @@ struct RelayTests {
         let relayAcks = Mutex<[(key: String, value: Int, revision: UInt64)]>([])
         let primaryDirectory = primary.runtimeDirectory, farDirectory = far.runtimeDirectory
         let writers = DispatchGroup()
-        DispatchQueue.global().async(group: writers) {
-            guard let client = try? WireClient(runtimeDirectory: primaryDirectory) else { return }
-            var i = 1
-            while !stop.load(ordering: .relaxed) {
-                let ops: [Beacon_V1_TxnOp] = ["a.x", "a.y", "k\(i % 20)"].map { key in
-                    .with { $0.put = .with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } } }
-                }
-                if (try? client.transaction(ops, writeID: Array("t\(i)".utf8), timeoutMilliseconds: 500)) != nil {
-                    lastTransaction.store(i, ordering: .relaxed)
-                    i += 1
-                }
-            }
-        }
+        writeTransactions(on: primaryDirectory, keys: { ["a.x", "a.y", "k\($0 % 20)"] }, until: { stop.load(ordering: .relaxed) },
+                          acknowledged: { lastTransaction.store($0, ordering: .relaxed) }, group: writers)
         DispatchQueue.global().async(group: writers) {
             guard let client = try? WireClient(runtimeDirectory: farDirectory) else { return }
             var j = 1
@@ -665,13 +672,7 @@ struct RelayTests {
 
         // Atomic, ordered, monotonic: the effect over a.x and a.y, two hops away, never saw half
         // a transaction nor a value go back, and ends at the last one.
-        let deadline = ContinuousClock.now + .seconds(30)
-        func runs() -> [[Int]] { probe.lines.filter { $0.hasPrefix("E ") }.map { $0.split(separator: " ").dropFirst().map { Int($0)! } } }
-        while runs().last != [total, total] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
-        let effectRuns = runs()
-        #expect(effectRuns.last == [total, total])
-        #expect(effectRuns.allSatisfy { $0[0] == $0[1] }, "an effect saw half a transaction: \(effectRuns.filter { $0[0] != $0[1] }.prefix(5))")
-        #expect(zip(effectRuns, effectRuns.dropFirst()).allSatisfy { $0[0] < $1[0] }, "values went backwards or repeated")
+        try await expectWholeEffectRuns(probe, endingAt: total)
 
         // Convergent and gapless: the far mirror equals the primary; its history stream is
         // ordered and unique, and after its last resync has every change the primary journaled.
