@@ -112,6 +112,12 @@ public enum ValueJSON {
     /// Appends `string` as a JSON string literal.
     public static func writeString(_ string: String, to output: inout String) {
         output += "\""
+        // Most strings (keys, names) need no escape: appended whole.
+        if !string.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) {
+            output += string
+            output += "\""
+            return
+        }
         for scalar in string.unicodeScalars {
             switch scalar {
             case "\"": output += "\\\""

@@ -191,11 +191,15 @@ extension Beacon {
         func run() throws {
             var progress = ProgressLine()
             var count = 0
+            var lines = ""  // written about 64 KiB at a time: a range, not a live stream
             connection.forEachChange(of: prefix, exact: false, from: from ?? 0, to: to ?? 0) { event in
-                writeLine(jsonLine(eventObject(event)))
+                lines += eventJSONLine(event)
+                lines += "\n"
+                if lines.utf8.count >= 1 << 16 { writeText(&lines) }
                 count += 1
                 progress.show("beacon replay: \(count) changes, at revision \(event.revision)")
             }
+            writeText(&lines)
             progress.clear()
         }
     }

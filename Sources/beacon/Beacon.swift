@@ -195,6 +195,11 @@ struct Connection: ParsableArguments {
     func print(_ object: [String: Any], text: String) {
         writeLine(json ? jsonLine(object) : text)
     }
+
+    /// Prints one change: its record with `--json`, else a line of text.
+    func print(_ event: Beacon_V1_Event) {
+        writeLine(json ? eventJSONLine(event) : eventText(event))
+    }
 }
 
 /// The client `Connection.client()` made for this process's command, used by the command's
@@ -258,6 +263,15 @@ func writeLine(_ line: String) {
     if !writeAll(line + "\n", to: STDOUT_FILENO) {
         die("beacon: output closed (\(String(cString: strerror(errno))))", code: ExitCode32.outputClosed)
     }
+}
+
+/// Writes `text` (whole lines) to standard output and empties it; exits like ``writeLine(_:)``.
+func writeText(_ text: inout String) {
+    guard !text.isEmpty else { return }
+    if !writeAll(text, to: STDOUT_FILENO) {
+        die("beacon: output closed (\(String(cString: strerror(errno))))", code: ExitCode32.outputClosed)
+    }
+    text.removeAll(keepingCapacity: true)
 }
 
 /// Writes one line to standard error. A reader that went away ends the command with exit code
@@ -356,13 +370,21 @@ func keyValueText(_ kv: Beacon_V1_KeyValue, keyWidth: Int = 0) -> String {
     return base + " (expires in \(String(format: "%.1f", Double(remaining) / 1000)) s)"
 }
 
-func eventObject(_ event: Beacon_V1_Event) -> [String: Any] {
-    var object: [String: Any] = ["revision": event.revision, "key": event.change.key,
-                                 "op": event.change.kind == .put ? "put" : event.change.kind == .delete ? "delete" : "expire",
-                                 "version": event.change.version, "part": event.part, "parts": event.parts]
-    if event.change.kind == .put { object["value"] = event.change.value }
-    if event.timestampMs != 0 { object["timestamp_ms"] = event.timestampMs }  // 0 from a daemon that predates it
-    return object
+/// A change's `--json` record (docs/CLI.md), keys sorted as `jsonLine` sorts them, written
+/// directly: commands print one per change of a range.
+func eventJSONLine(_ event: Beacon_V1_Event) -> String {
+    let change = event.change
+    var output = "{\"key\":"
+    ValueJSON.writeString(change.key, to: &output)
+    output += change.kind == .put ? ",\"op\":\"put\"" : change.kind == .delete ? ",\"op\":\"delete\"" : ",\"op\":\"expire\""
+    output += ",\"part\":\(event.part),\"parts\":\(event.parts),\"revision\":\(event.revision)"
+    if event.timestampMs != 0 { output += ",\"timestamp_ms\":\(event.timestampMs)" }
+    if change.kind == .put {
+        output += ",\"value\":"
+        ValueJSON.write(change.value, to: &output)
+    }
+    output += ",\"version\":\(change.version)}"
+    return output
 }
 
 func eventText(_ event: Beacon_V1_Event) -> String {
@@ -592,7 +614,7 @@ extension Beacon {
                 let follower = try PrefixFollower(client: client, prefix: prefix, requestTimeoutMilliseconds: connection.timeout)
                 func show(_ event: Beacon_V1_Event) -> Bool {
                     guard isWanted(event.change.key) else { return false }
-                    connection.print(eventObject(event), text: eventText(event))
+                    connection.print(event)
                     printed += 1
                     return count.map { printed >= $0 } ?? false
                 }
@@ -671,7 +693,7 @@ extension Beacon {
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
         func run() throws {
             connection.forEachChange(of: key, exact: !prefix, from: from ?? 0, to: to ?? 0) { event in
-                connection.print(eventObject(event), text: eventText(event))
+                connection.print(event)
             }
         }
     }

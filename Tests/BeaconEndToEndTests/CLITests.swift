@@ -219,6 +219,25 @@ struct CLITests {
                 == (try await beacon(["ls", "r."], runtimeDirectory: source.runtimeDirectory)).stdout)
     }
 
+    @Test func replayWritesEachChangesRecordWithItsKeysSortedAndItsStringsEscaped() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        _ = try await beacon(["set", "e.s", "\"q\\\"\\\\ \\t é \\u0001\""], runtimeDirectory: daemon.runtimeDirectory)
+        _ = try await beacon(["set", "e.b", "AAEC", "--type", "bytes"], runtimeDirectory: daemon.runtimeDirectory)
+        _ = try await beacon(["delete", "e.s"], runtimeDirectory: daemon.runtimeDirectory)
+        let replay = try await beacon(["replay", "e."], runtimeDirectory: daemon.runtimeDirectory)
+        // Timestamps vary: the rest is exact, and every line reads back as JSON.
+        let lines = replay.lines.map { $0.replacing(/"timestamp_ms":[0-9]+,/, with: "") }
+        #expect(lines == [
+            #"{"key":"e.s","op":"put","part":0,"parts":1,"revision":1,"value":"q\"\\ \t é \u0001","version":1}"#,
+            #"{"key":"e.b","op":"put","part":0,"parts":1,"revision":2,"value":{"$bytes":"AAEC"},"version":1}"#,
+            #"{"key":"e.s","op":"delete","part":0,"parts":1,"revision":3,"version":0}"#,
+        ])
+        #expect(replay.lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) != nil })
+        #expect(replay.lines.allSatisfy { $0.contains("\"timestamp_ms\":") })
+    }
+
     @Test func benchLoadsTheDaemonAndReportsThroughputAndPercentiles() async throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
