@@ -188,7 +188,13 @@ public final class WireClient {
     /// Sends a request and waits for its reply (replies to earlier ids are skipped).
     /// - Throws: ``WireError``: `.timeout`, `.transport`, or `.rejected` with the daemon's error.
     public func call(_ op: Beacon_V1_Request.OneOf_Op, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_Reply {
-        let id = try send(op)
+        try awaitReply(to: try send(op), timeoutMilliseconds: timeoutMilliseconds)
+    }
+
+    /// Waits for the reply to request `id`, sent already with ``send(_:)`` (replies to earlier
+    /// ids are skipped): several requests can be in flight, and their answers awaited in order.
+    /// - Throws: ``WireError``: `.timeout`, `.transport`, or `.rejected` with the daemon's error.
+    public func awaitReply(to id: UInt64, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_Reply {
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(timeoutMilliseconds, 0)) * 1_000_000
         while true {
             let now = DispatchTime.now().uptimeNanoseconds

@@ -86,7 +86,7 @@ struct ScaleBench: ParsableCommand {
         _ = try floodPuts(runtimeDirectory: daemon.runtimeDirectory, count: keys, key: { keyNames[$0] }, value: { encodedInt($0) })
 
         var current = Dictionary(uniqueKeysWithValues: keyNames.enumerated().map { ($1, $0) })
-        var resumed: [Double] = [], fresh: [Double] = [], deltas: [Double] = [], streamed: [Double] = []
+        var resumed: [Double] = [], fresh: [Double] = [], deltas: [Double] = [], streamed: [Double] = [], replayed: [Double] = []
         var perChange: Double = 0
         for run in 0..<runs {
             let cache = "\(directory)/client\(run).sqlite"
@@ -115,6 +115,7 @@ struct ScaleBench: ParsableCommand {
             }
             deltas.append(Double(now() - start) / 1e6)
             streamed.append(try timeHistory(daemon, prefix: prefix, after: since, through: stats.headRevision))
+            replayed.append(try timeReplay(daemon, prefix: prefix, from: since + 1))
         }
         let met = median(resumed) < 1000
         print("| catch-up of \(missed) missed changes over \(keys) keys: client with a local journal, start → mirror at head | \(spread(resumed, milliseconds)) | < 1 s: \(met ? "**met**" : "**not met**") |")
@@ -125,7 +126,22 @@ struct ScaleBench: ParsableCommand {
         let rate = { (milliseconds: Double) in "\(format(Double(missed) / milliseconds * 1000))/s" }
         print("| the same changes as a client's history stream (`client.history(of:from:)`), until the last arrives | "
             + "\(spread(streamed, milliseconds)) (\(rate(median(streamed)))) | |")
+        print("| the same changes as `beacon replay` JSON lines (to /dev/null) | \(spread(replayed, milliseconds)) (\(rate(median(replayed)))) | |")
         print("| journal size per change (SQLite file and WAL ÷ revisions) | \(String(format: "%.0f B", perChange)) | |")
+    }
+
+    /// Time `beacon replay` (beside this binary) takes to print the changes under `prefix` from
+    /// revision `from` on to /dev/null, in ms.
+    private func timeReplay(_ daemon: DaemonUnderTest, prefix: String, from: UInt64) throws -> Double {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon")
+        process.arguments = ["replay", prefix, "--from", "\(from)", "--runtime-dir", daemon.runtimeDirectory]
+        process.standardOutput = FileHandle.nullDevice
+        let start = now()
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw PeerError("beacon replay exited with \(process.terminationStatus)") }
+        return Double(now() - start) / 1e6
     }
 
     /// Time from asking a client for the history of `prefix` after `since` until the change at

@@ -161,16 +161,25 @@ struct Connection: ParsableArguments {
     }
 
     /// Calls `body` for every journaled change of a key (`exact`) or prefix in a revision range,
-    /// in order, a page of history at a time.
+    /// in order, a page of history at a time; the next page is asked for before `body` sees this
+    /// one, so that the daemon reads it meanwhile.
     func forEachChange(of prefix: String, exact: Bool, from: UInt64, to: UInt64, _ body: (Beacon_V1_Event) -> Void) {
-        var start = from
-        while true {
-            let page = run { (client) throws(WireError) in
-                try client.history(prefix, exact: exact, from: start, to: to, timeoutMilliseconds: timeout)
+        func ask(from start: UInt64) -> UInt64 {
+            run { (client) throws(WireError) in
+                try client.send(.history(.with {
+                    $0.prefix = prefix; $0.exact = exact; $0.fromRevision = start; $0.toRevision = to
+                }))
             }
+        }
+        var asked = ask(from: from)
+        while true {
+            let reply = run { (client) throws(WireError) in try client.awaitReply(to: asked, timeoutMilliseconds: timeout) }
+            guard case .events(let page) = reply.result else {
+                fail(WireError(kind: .malformedReply, message: "the daemon answered a History request with something else"))
+            }
+            if page.more { asked = ask(from: page.revision + 1) }
             page.events.forEach(body)
             guard page.more else { return }
-            start = page.revision + 1
         }
     }
 
