@@ -400,7 +400,20 @@ public struct FollowerCore: Sendable {
                 return
             }
             if epoch == 0 { epoch = page.epoch }
-            for revision in PrefixSequencer.revisions(in: page.events) { hold(revision) }
+            if mode == .stream, followers.count == 1, held.isEmpty, pendingSnapshots.isEmpty,
+               let first = page.events.first, first.revision > releasedThrough {
+                // One stream with nothing held: a page's revisions are whole and in order, and
+                // leave as they are (what holding each would release, without the holding).
+                ready.append(contentsOf: page.events)
+                var previous: UInt64 = 0
+                for event in page.events where event.revision != previous {
+                    previous = event.revision
+                    statistics.revisions += 1
+                }
+                releasedThrough = previous
+            } else {
+                for revision in PrefixSequencer.revisions(in: page.events) { hold(revision) }
+            }
             followers[fetch.prefix]!.sequencer.advance(through: page.revision)
             guard !page.more else { return }  // the next page is due
             followers[fetch.prefix]!.due = nil

@@ -290,6 +290,26 @@ import Testing
         #expect(core.nextFetch()?.kind == .snapshot)
     }
 
+    /// A history stream's page leaves as it came: whole revisions (one of two changes here), in
+    /// order, counted once each.
+    @Test func aStreamsPageLeavesWholeAndInOrder() {
+        var core = FollowerCore(mode: .stream)
+        core.follow("a.", resumingAfter: 10, epoch: 1)
+        let fetch = core.nextFetch()!
+        core.complete(fetch, with: Self.page([Self.event("a.x", 1, revision: 11, part: 0, parts: 2),
+                                              Self.event("a.y", 2, revision: 11, part: 1, parts: 2),
+                                              Self.event("a.z", 3, revision: 12)], through: 12, epoch: 1, more: true))
+        #expect(Self.describe(core.takeRelease()) == ["11 a.x=1", "11 a.y=2", "12 a.z=3"])
+        #expect(core.statistics.revisions == 2)
+        let next = core.nextFetch()!
+        #expect(next.kind == .delta(since: 12, snapshotIfSmaller: false))
+        core.complete(next, with: Self.page([Self.event("a.x", 4, revision: 14)], through: 14, epoch: 1))
+        #expect(Self.describe(core.takeRelease()) == ["14 a.x=4", "resumed a."])
+        // The live diffs of what the pages brought are not released again.
+        core.receive(Self.diff(Self.event("a.z", 3, revision: 12), epoch: 1, marks: [("a.", 11, 1)]))
+        #expect(core.takeRelease() == nil)
+    }
+
     // MARK: Ordered (a relay's)
 
     /// Two prefixes followed in order, `a.` and `b.`, synced at revision 10.
