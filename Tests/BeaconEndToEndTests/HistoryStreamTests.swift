@@ -14,6 +14,13 @@ struct HistoryStreamTests {
         .change(KeyChange(.with { $0.revision = revision; $0.change.key = "k"; $0.change.value.intValue = Int64(revision) }))
     }
 
+    /// Polls `condition` every 5 ms, for 20 s at most.
+    static func waitUntil(_ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !condition() && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(condition(), "not within 20 s")
+    }
+
     static func revision(_ event: HistoryEvent?) -> UInt64? {
         guard case .change(let change) = event else { return nil }
         return change.revision
@@ -60,13 +67,13 @@ struct HistoryStreamTests {
         let told = Atomic<Int>(0)
         feed.setOnCancel { told.add(1, ordering: .relaxed) }
         let stream = HistoryStream(feed)
+        let seen = Atomic<Int>(0)
         let reader = Task { () -> Int in
-            var count = 0
-            for try await _ in stream { count += 1 }
-            return count
+            for try await _ in stream { seen.add(1, ordering: .relaxed) }
+            return seen.load(ordering: .relaxed)
         }
         feed.yield([Self.change(1)])
-        try await Task.sleep(for: .milliseconds(50))
+        try await Self.waitUntil { seen.load(ordering: .relaxed) == 1 }  // then it waits for more
         reader.cancel()
         #expect(try await reader.value == 1)
         feed.cancel()
@@ -133,12 +140,12 @@ struct HistoryStreamTests {
         let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
         for i in 1...3 { try await test.client.set("hs.a", i) }
         let stream = test.client.history(of: "hs.", from: 1)
+        let seen = Atomic<Int>(0)
         let reader = Task { () -> Int in
-            var count = 0
-            for try await _ in stream { count += 1 }
-            return count
+            for try await _ in stream { seen.add(1, ordering: .relaxed) }
+            return seen.load(ordering: .relaxed)
         }
-        try await Task.sleep(for: .milliseconds(300))
+        try await Self.waitUntil { seen.load(ordering: .relaxed) == 3 }  // replayed; then it waits for live changes
         reader.cancel()
         #expect(try await reader.value == 3, "the replayed changes, then the end")
         // Another stream of the same prefix still gets everything, live included.
