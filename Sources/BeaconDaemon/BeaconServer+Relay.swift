@@ -20,15 +20,12 @@ struct RelayState {
     let ids: ForwardedIDs
     var writesForwarded: UInt64 = 0
     /// Per connection, the forwarded requests not yet answered (and, for writes, shown here).
-    var unanswered: [[UInt8]: Int] = [:]
+    var unanswered: [RoutingID: Int] = [:]
     /// Per connection, requests that came after a forwarded one and are decided only once it is
     /// answered: a read sent after a write sees it, and nothing sent later is applied before.
-    var deferred: [[UInt8]: [Deferred]] = [:]
-    /// Per connection, the encoded size of its deferred requests: bounded by
-    /// `reply_buffer_bytes`, like the replies it does not read.
-    var deferredBytes: [[UInt8]: Int] = [:]
+    var deferred: [RoutingID: DeferredRequests] = [:]
     /// Connections whose forwarded requests were all answered, with requests deferred.
-    var replayDue: Set<[UInt8]> = []
+    var replayDue: Set<RoutingID> = []
 
     struct Deferred {
         var request: Beacon_V1_Request
@@ -38,8 +35,15 @@ struct RelayState {
         var context: RequestContext
     }
 
+    /// One connection's deferred requests, in order, and their encoded size: bounded by
+    /// `reply_buffer_bytes`, like the replies it does not read.
+    struct DeferredRequests {
+        var requests: [Deferred] = []
+        var bytes = 0
+    }
+
     struct AwaitingMirror {
-        var connection: [UInt8]
+        var connection: RoutingID
         var epoch: UInt64
         var revision: UInt64
         var ticket: HoldTicket
@@ -47,7 +51,7 @@ struct RelayState {
     }
 
     struct Forwarded {
-        var connection: [UInt8]
+        var connection: RoutingID
         var ticket: HoldTicket
         /// The client's request id.
         var id: UInt64
@@ -139,16 +143,10 @@ extension BeaconServer {
         return staged
     }
 
-    /// One upstream change applied to a state being rebuilt.
-    private static func apply(_ event: Beacon_V1_Event, to state: inout [String: JournalEntry]) {
-        let change = event.change
-        guard change.kind == .put else {
-            state[change.key] = nil
-            return
-        }
-        state[change.key] = JournalEntry(key: change.key, value: (try? change.value.serializedBytes()) ?? [], version: change.version,
-                                         createRevision: change.createRevision, modRevision: event.revision,
-                                         expiresAtMilliseconds: change.expiresAtMs, isDeleted: false, modTimeMilliseconds: event.timestampMs)
+    /// An upstream key's state as the journal keeps it.
+    private static func journalEntry(_ kv: Beacon_V1_KeyValue) -> JournalEntry {
+        JournalEntry(key: kv.key, value: (try? kv.value.serializedBytes()) ?? [], version: kv.version, createRevision: kv.createRevision,
+                     modRevision: kv.modRevision, expiresAtMilliseconds: kv.expiresAtMs, isDeleted: false, modTimeMilliseconds: kv.modTimeMs)
     }
 
     private static func mirroredChange(_ event: Beacon_V1_Event, part: UInt32, parts: UInt32) -> JournalChange {
@@ -185,14 +183,10 @@ extension BeaconServer {
             for step in steps {
                 switch step {
                 case .revisions(_, let events):
-                    for event in events { Self.apply(event, to: &state) }
+                    for event in events { state[event.change.key] = Beacon_V1_KeyValue(after: event).map(Self.journalEntry) }
                 case .snapshot(let prefix, _, _, let kvs):
                     state = state.filter { !$0.key.hasPrefix(prefix) }
-                    for kv in kvs {
-                        state[kv.key] = JournalEntry(key: kv.key, value: (try? kv.value.serializedBytes()) ?? [], version: kv.version,
-                                                     createRevision: kv.createRevision, modRevision: kv.modRevision,
-                                                     expiresAtMilliseconds: kv.expiresAtMs, isDeleted: false, modTimeMilliseconds: kv.modTimeMs)
-                    }
+                    for kv in kvs { state[kv.key] = Self.journalEntry(kv) }
                 case .resumed:
                     break
                 }
@@ -236,7 +230,7 @@ extension BeaconServer {
     /// One forwarded request of `connection` was answered; its deferred requests are decided
     /// once none is left (``replayDeferred()``, at the end of the loop's pass: not in the middle
     /// of handling another peer's request).
-    private func forwardedAnswered(_ connection: [UInt8]) {
+    private func forwardedAnswered(_ connection: RoutingID) {
         guard let left = relay!.unanswered[connection] else { return }
         if left > 1 {
             relay!.unanswered[connection] = left - 1
@@ -249,34 +243,33 @@ extension BeaconServer {
     /// Whether `request` must wait behind `route`'s connection's forwarded requests: anything
     /// but another forwarded write while some are unanswered, and everything behind what waits.
     func deferIfBehindForwarded(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool) -> Bool {
-        let connection = route.connection
+        guard let connection = route.connection else { return false }
         let unanswered = relay!.unanswered[connection] ?? 0
         let waiting = !replaying && relay!.deferred[connection] != nil
         guard unanswered > 0 || waiting else { return false }
         if !waiting && Self.isForwarded(request) { return false }  // writes pipeline behind writes
         let bytes = ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0
-        let held = relay!.deferredBytes[connection, default: 0] + bytes
+        let held = (relay!.deferred[connection]?.bytes ?? 0) + bytes
         guard held <= replyFlows.limits.perConnection else {
             closeDeferring(connection, held: held)
             return true
         }
-        relay!.deferred[connection, default: []].append(.init(request: request, bytes: bytes, route: route, inBatch: inBatch, context: current))
-        relay!.deferredBytes[connection] = held
+        relay!.deferred[connection, default: .init()].requests.append(
+            .init(request: request, bytes: bytes, route: route, inBatch: inBatch, context: current))
+        relay!.deferred[connection]!.bytes = held
         return true
     }
 
     /// Closes a connection whose requests waiting behind its forwarded writes passed
     /// `reply_buffer_bytes`; they are dropped, and whatever it sends until it is closed too.
-    private func closeDeferring(_ connection: [UInt8], held: Int) {
+    private func closeDeferring(_ connection: RoutingID, held: Int) {
         relay!.deferred[connection] = nil
-        relay!.deferredBytes[connection] = nil
         relay!.replayDue.remove(connection)
-        let id = connection.withUnsafeBytes { RoutingID($0) }
         let reason = "requests waiting behind its forwarded writes passed reply_buffer_bytes (\(replyFlows.limits.perConnection))"
-        if let victim = replyFlows.victim(closing: id, heldBytes: held, reason: reason) {
+        if let victim = replyFlows.victim(closing: connection, heldBytes: held, reason: reason) {
             closeConnection(victim, because: "it piles requests up behind writes the upstream has not answered")
         } else {
-            replyFlows.close(id, now: .now())
+            replyFlows.close(connection, now: .now())
         }
     }
 
@@ -291,14 +284,11 @@ extension BeaconServer {
     /// answered, in order, until one of them must wait again.
     func replayDeferred() {
         while let connection = relay?.replayDue.popFirst() {
-            while let next = relay!.deferred[connection]?.first {
+            while let next = relay!.deferred[connection]?.requests.first {
                 if (relay!.unanswered[connection] ?? 0) > 0 && !Self.isForwarded(next.request) { break }
-                relay!.deferred[connection]!.removeFirst()
-                relay!.deferredBytes[connection]! -= next.bytes
-                if relay!.deferred[connection]!.isEmpty {
-                    relay!.deferred[connection] = nil
-                    relay!.deferredBytes[connection] = nil
-                }
+                relay!.deferred[connection]!.requests.removeFirst()
+                relay!.deferred[connection]!.bytes -= next.bytes
+                if relay!.deferred[connection]!.requests.isEmpty { relay!.deferred[connection] = nil }
                 current = next.context
                 handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true)
             }
@@ -317,7 +307,7 @@ extension BeaconServer {
         } catch {
             return refuse(request.id, error, route: route)
         }
-        let connection = route.connection
+        guard let connection = route.connection else { return }  // a ROUTER always gives one
         let ticket = replies.hold(route, at: store.headRevision)
         let token = relay!.nextToken
         relay!.nextToken += 1

@@ -365,11 +365,13 @@ public struct FollowerCore: Sendable {
     /// Every follower behind a snapshot waiting to be released must reach it; a live follower
     /// learns it has with one delta rather than waiting for traffic or a heartbeat.
     private mutating func dueCatchUps() {
+        // Pending snapshots are kept in revision order: the last is the newest.
+        let newestSnapshot = pendingSnapshots.last?.revision
         let target: UInt64?
         switch mode {
-        case .mirror: target = pendingSnapshots.map(\.revision).max()
-        // The first revision held back by a follower that has not confirmed it (a relay's).
-        case .ordered: target = [pendingSnapshots.map(\.revision).max(), held.first?.revision].compactMap { $0 }.max()
+        case .mirror: target = newestSnapshot
+        // Also the first revision held back by a follower that has not confirmed it (a relay's).
+        case .ordered: target = newestSnapshot.map { Swift.max($0, held.first?.revision ?? 0) } ?? held.first?.revision
         case .stream: target = nil
         }
         guard let newest = target else { return }

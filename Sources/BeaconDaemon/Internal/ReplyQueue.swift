@@ -43,7 +43,7 @@ struct ReplyQueue {
 
     private let entries = EntryRing()
     /// Connections with a held place: their replies queue here, behind it, by routing id.
-    private var holding: [[UInt8]: [Entry]] = [:]
+    private var holding: [RoutingID: [Entry]] = [:]
     private var nextTicket: UInt64 = 0
 
     /// Replies waiting, held places included.
@@ -54,14 +54,14 @@ struct ReplyQueue {
     /// place its own connection holds).
     func mayLeaveAtOnce(to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64) -> Bool {
         guard entries.isEmpty && revision <= durableRevision else { return false }
-        guard !holding.isEmpty, let connection = Self.connection(of: route) else { return true }
+        guard !holding.isEmpty, let connection = route.connection else { return true }
         return holding[connection] == nil
     }
 
     /// Queues `reply`, decided against state at `revision`, behind everything decided before it
     /// (``mayLeaveAtOnce(to:decidedAt:durableRevision:)`` says when it need not wait).
     mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64) {
-        if !holding.isEmpty, let connection = Self.connection(of: route), holding[connection] != nil {
+        if !holding.isEmpty, let connection = route.connection, holding[connection] != nil {
             holding[connection]!.append(Entry(route: route, reply: reply, revision: revision))
         } else {
             entries.append(Entry(route: route, reply: reply, revision: revision))
@@ -73,7 +73,7 @@ struct ReplyQueue {
     mutating func hold(_ route: ReplyRoute, at revision: UInt64) -> HoldTicket {
         nextTicket += 1
         let ticket = HoldTicket(number: nextTicket)
-        guard let connection = Self.connection(of: route) else { return ticket }
+        guard let connection = route.connection else { return ticket }
         holding[connection, default: []].append(Entry(route: route, reply: .held(ticket), revision: revision))
         return ticket
     }
@@ -197,14 +197,6 @@ struct ReplyQueue {
             slots = larger
             capacity *= 2
             first = 0
-        }
-    }
-
-    /// The routing id of the connection a reply goes to.
-    private static func connection(of route: ReplyRoute) -> [UInt8]? {
-        switch route {
-        case .peer(let envelope): envelope.first?.bytes
-        case .batch(let replies, _): replies.envelope.first?.bytes
         }
     }
 }

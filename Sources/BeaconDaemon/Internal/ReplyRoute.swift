@@ -7,11 +7,12 @@ enum ReplyRoute {
     case peer([ZMQMessage])
     case batch(BatchReplies, slot: Int)
 
-    /// The routing id of the connection the reply goes to.
-    var connection: [UInt8] {
+    /// The routing id of the connection the reply goes to; `nil` without an envelope (a ROUTER
+    /// always gives one).
+    var connection: RoutingID? {
         switch self {
-        case .peer(let envelope): envelope.first?.bytes ?? []
-        case .batch(let replies, _): replies.envelope.first?.bytes ?? []
+        case .peer(let envelope): envelope.first.map(RoutingID.init)
+        case .batch(let replies, _): replies.envelope.first.map(RoutingID.init)
         }
     }
 }

@@ -201,16 +201,22 @@ final class UpstreamLink {
     /// Sends `op` to the upstream; its answer comes back from ``service(into:)`` as
     /// `.answered(token:_:)`. Returns false when it cannot even be queued.
     func forward(token: UInt64, _ op: Beacon_V1_Request.OneOf_Op) -> Bool {
+        guard let id = send(op) else { return false }
+        let deadline = Self.now() + Self.forwardTimeoutMilliseconds
+        forwarded[id] = (token, deadline)
+        forwardOrder.append((id, deadline))
+        return true
+    }
+
+    /// Sends `op` to the upstream under the next request id; `nil` when it cannot be queued.
+    private func send(_ op: Beacon_V1_Request.OneOf_Op) -> UInt64? {
         var request = Beacon_V1_Request()
         request.id = nextID
         nextID += 1
         request.op = op
-        let deadline = Self.now() + Self.forwardTimeoutMilliseconds
         guard let body: [UInt8] = try? request.serializedBytes(),
-              (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else { return false }
-        forwarded[request.id] = (token, deadline)
-        forwardOrder.append((request.id, deadline))
-        return true
+              (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else { return nil }
+        return request.id
     }
 
     /// Follows again after `revision` of `epoch`: the relay could not journal what it was given.
@@ -306,16 +312,11 @@ final class UpstreamLink {
 
     private func sendFetches() {
         guard fetch == nil, let next = core.nextFetch() else { return }
-        var request = Beacon_V1_Request()
-        request.id = nextID
-        nextID += 1
-        request.op = next.request
-        guard let body: [UInt8] = try? request.serializedBytes(),
-              (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else {
+        guard let id = send(next.request) else {
             core.complete(next, with: nil)
             return
         }
-        fetch = (request.id, next, Self.now() + Self.fetchTimeoutMilliseconds)
+        fetch = (id, next, Self.now() + Self.fetchTimeoutMilliseconds)
     }
 
     private func takeReleased(into events: inout [UpstreamEvent]) {
