@@ -86,7 +86,8 @@ public final class BeaconClient: @unchecked Sendable {
                          resyncs: engine.resyncCount.load(ordering: .relaxed),
                          revisions: engine.revisionCount.load(ordering: .relaxed),
                          snapshots: engine.snapshotCount.load(ordering: .relaxed),
-                         resumes: engine.resumeCount.load(ordering: .relaxed))
+                         resumes: engine.resumeCount.load(ordering: .relaxed),
+                         bundles: engine.bundleCount.load(ordering: .relaxed))
     }
 
     /// The client's connection state (a tracked read in the delivery context).

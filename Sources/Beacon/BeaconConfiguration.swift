@@ -40,6 +40,10 @@ public struct BeaconConfiguration: Sendable {
     public var retryInterval: Duration = .milliseconds(250)
     /// Publications queued by libzmq before it drops new ones (drops are detected and repaired).
     public var receiveHighWaterMark: Int32 = 1_000_000
+    /// Whether to take a followed prefix's diffs in bundles, a group commit's in one message,
+    /// once the daemon's heartbeat says it publishes them (fewer messages to receive under load;
+    /// the same changes, in the same order). `false`: one message per change, as every daemon sends.
+    public var receivesBundles = true
     /// Keys for a daemon's CURVE tcp endpoints (the daemon's public key and this client's key
     /// pair, which the daemon's `allow = key:` rules must list); `nil` for ipc.
     public var curve: CurveCredentials?

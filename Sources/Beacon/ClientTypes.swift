@@ -28,6 +28,9 @@ public struct ClientStatistics: Sendable, Equatable {
     public var snapshots: Int
     /// First syncs done with a delta from the local journal's bookmark instead of a snapshot.
     public var resumes: Int
+    /// Bundles received: messages that each carried a group commit's diffs under a followed
+    /// prefix (``BeaconConfiguration/receivesBundles``).
+    public var bundles: Int
 }
 
 /// What a committed write did.

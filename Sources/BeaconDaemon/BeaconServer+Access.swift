@@ -139,7 +139,9 @@ extension BeaconServer {
                 continue
             }
             let topic = Array(bytes.dropFirst())
-            let prefix = String(validating: topic, as: UTF8.self).flatMap { text in
+            // A bundle subscription sequences its prefix as a subscription to the prefix does.
+            let bundled = WireTopic.bundledPrefix(topic)
+            let prefix = bundled ?? String(validating: topic, as: UTF8.self).flatMap { text in
                 !text.hasPrefix(WireTopic.controlPrefix) && KeyPath.problem(prefix: text) == nil ? text : nil
             }
             if kind == 1 {
@@ -172,10 +174,12 @@ extension BeaconServer {
                     if !publisher.tracker.isTracked(prefix) { flushWrites() }
                     publisher.tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
                 }
+                if let bundled { publisher.subscribeBundles(of: bundled) }
                 publisher.grant(granted)
             } else {
                 guard access.releaseSubscription(topic, peer: userID) else { continue }
                 if let prefix { publisher.tracker.unsubscribe(prefix, nowMilliseconds: now.milliseconds) }
+                if let bundled { publisher.unsubscribeBundles(of: bundled) }
                 // A closed connection's subscriptions are gone already; a live peer's are removed,
                 // from its own connection only while the pairing is in step.
                 if inStep, let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {

@@ -173,6 +173,7 @@ extension BeaconServer {
                 $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
                 $0.daemonVersion = BeaconVersion.string
                 if let upstream = upstreamStatusMessage { $0.upstream = upstream }
+                $0.bundles = true
             }
 
         case .get(let get):

@@ -376,13 +376,23 @@ extension BeaconServer {
             // published and answered (it is published only when its own commit completes, after
             // this one). Never inline here: an inline commit publishes at once, before this batch.
             submitStagedIfIdle(inline: false)
+            // Each diff on its key's topic and into the bundles it belongs to; the group's
+            // bundles; then its commit markers, which a subscriber of bundles must receive after
+            // the diffs they close (proto/PROTOCOL.md §5.4).
+            publisher.beginGroup()
+            var markers: [Beacon_V1_CommitMarker] = []
             // Indexing borrows each write; a for-in loop would copy (retain) every field.
             for index in batch.indices {
-                publish(batch[index].changes)  // the array alone: passing the write would copy all of it
+                publish(batch[index].changes, markers: &markers)  // the array alone: passing the write would copy all of it
                 let revision = batch[index].changes[0].revision
                 durableRevision = revision
                 if let writeID = batch[index].writeID { remember(writeID: writeID, revision: revision) }
             }
+            for (topic, error) in publisher.finishGroup() {
+                logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+            }
+            for marker in markers { publishCommitMarkers(marker) }
+            if publisher.unsent.value > live.limits.publishBufferBytes { closeStalledSubscribers() }
             counters.writes += UInt64(batch.count)
             replies.release(durableRevision: durableRevision, deliver: deliver)
             if relay != nil { mirrorAdvanced() }
@@ -428,11 +438,11 @@ extension BeaconServer {
 
     // MARK: Publishing
 
-    /// Publishes the diffs of one revision's changes, and its commit marker if it has several.
-    private func publish(_ changes: [JournalChange]) {
+    /// Publishes the diffs of one revision's changes; adds its commit marker to `markers` if it
+    /// has several.
+    private func publish(_ changes: [JournalChange], markers: inout [Beacon_V1_CommitMarker]) {
         let epoch = pipeline.epoch
-        // The keys are listed only when a prefix is sequenced: most daemons sequence none most of the time.
-        var marks = publisher.tracker.record(revision: changes[0].revision, keys: publisher.tracker.isEmpty ? [] : changes.map(\.key))
+        var marks = publisher.tracker.record(revision: changes[0].revision, keys: changes.lazy.map(\.key))
         if access.policy.isEnabled {
             // Only what every reader of the key may read (the commit marker goes out per scope).
             for index in marks.perChange.indices where !marks.perChange[index].isEmpty {
@@ -449,7 +459,7 @@ extension BeaconServer {
             marker.revision = changes[0].revision
             marker.parts = UInt32(changes.count)
             marker.marks = marks.touched
-            publishCommitMarkers(marker)
+            markers.append(marker)
         }
     }
 
@@ -472,6 +482,7 @@ extension BeaconServer {
         heartbeat.timestampMs = Journal.nowMilliseconds()
         heartbeat.prefixes = publisher.tracker.heads
         if let upstream = upstreamStatusMessage { heartbeat.upstream = upstream }
+        heartbeat.bundles = true
         publishHeartbeats(heartbeat)
     }
 

@@ -100,12 +100,17 @@ struct PrefixTracker {
 
     /// Marks for one revision (both empty when nothing is tracked): per change, the marks of the tracked prefixes its key starts with,
     /// and the marks of every tracked prefix the revision touched. Advances those prefixes.
-    mutating func record(revision: UInt64, keys: [String]) -> (perChange: [[Beacon_V1_PrefixMark]], touched: [Beacon_V1_PrefixMark]) {
+    mutating func record(revision: UInt64, keys: some RandomAccessCollection<String>)
+        -> (perChange: [[Beacon_V1_PrefixMark]], touched: [Beacon_V1_PrefixMark]) {
         if tracked.isEmpty { return ([], []) }
+        if keys.count == 1 && tracked.count <= Self.scanLimit {
+            let marks = recordOne(revision: revision, key: keys.first!)
+            return ([marks], marks.count > 1 ? marks.sorted { $0.prefix < $1.prefix } : marks)
+        }
         var matches: [[String]] = []
         matches.reserveCapacity(keys.count)
         var counts: [String: UInt32] = [:]
-        let scan = tracked.count <= 16
+        let scan = tracked.count <= Self.scanLimit
         if !scan && prefixLengthsStale {
             prefixLengths = Set(tracked.keys.map(\.utf8.count))
             prefixLengthsStale = false
@@ -136,6 +141,28 @@ struct PrefixTracker {
         }
         let perChange = matches.map { $0.map { marks[$0]! } }
         return (perChange, marks.values.sorted { $0.prefix < $1.prefix })
+    }
+
+    /// Up to this many tracked prefixes, a key is compared with each; past it, looked up by length.
+    private static let scanLimit = 16
+
+    /// ``record(revision:keys:)`` for a revision of one change with few prefixes tracked (most
+    /// writes): the marks in one pass, with no table of counts.
+    private mutating func recordOne(revision: UInt64, key: String) -> [Beacon_V1_PrefixMark] {
+        var marks: [Beacon_V1_PrefixMark] = []
+        var index = tracked.startIndex
+        while index != tracked.endIndex {
+            if key.utf8.starts(with: tracked.keys[index].utf8) {
+                var mark = Beacon_V1_PrefixMark()
+                mark.prefix = tracked.keys[index]
+                mark.previousRevision = tracked.values[index].lastRevision
+                mark.parts = 1
+                marks.append(mark)
+                tracked.values[index].lastRevision = revision
+            }
+            tracked.formIndex(after: &index)
+        }
+        return marks
     }
 
     /// Every tracked prefix with its last revision, for heartbeats.

@@ -35,6 +35,19 @@ public enum FastDiff {
         return diff
     }
 
+    /// Where each encoded `Diff` of a `Bundle` lies in `bytes`, in order; `nil` for anything
+    /// but a bundle of diffs alone (the caller decodes it with SwiftProtobuf then).
+    public static func bundledDiffs(_ bytes: UnsafeRawBufferPointer) -> [Range<Int>]? {
+        var ranges: [Range<Int>] = []
+        var reader = ProtoReader(bytes: bytes, index: 0, end: bytes.count)
+        while !reader.atEnd {
+            guard let (field, wire) = reader.tag(), field == WireField.Bundle.diffs, wire == 2,
+                  let (start, end) = reader.lengthDelimited() else { return nil }
+            ranges.append(start..<end)
+        }
+        return ranges
+    }
+
     static func event(_ bytes: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> Beacon_V1_Event? {
         var event = Beacon_V1_Event()
         var reader = ProtoReader(bytes: bytes, index: start, end: end)

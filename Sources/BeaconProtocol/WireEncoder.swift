@@ -48,6 +48,23 @@ public enum WireEncoder {
         }
     }
 
+    /// The bytes an encoded `Diff` of `count` bytes takes in a `Bundle`.
+    public static func bundledSize(diffCount count: Int) -> Int {
+        ProtoSize.message(WireField.Bundle.diffs, length: count)
+    }
+
+    /// Appends an encoded `Diff` to the `Bundle` body `body`.
+    public static func appendBundled(diff: UnsafeRawBufferPointer, to body: inout [UInt8]) {
+        var length = UInt64(diff.count)
+        body.append(UInt8(WireField.Bundle.diffs << 3 | 2))
+        while length >= 0x80 {
+            body.append(UInt8(truncatingIfNeeded: length) | 0x80)
+            length >>= 7
+        }
+        body.append(UInt8(length))
+        body.append(contentsOf: diff)
+    }
+
     /// One change of an `EventsReply`, as ``eventsReply(id:events:revision:epoch:prefixRevision:compactedRevision:more:)``
     /// writes it: the fields of an `Event` with its value already encoded.
     public struct Event: Sendable {

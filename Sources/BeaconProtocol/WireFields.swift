@@ -8,6 +8,10 @@ public enum WireField {
         public static let marks: UInt64 = 3
     }
 
+    public enum Bundle {
+        public static let diffs: UInt64 = 1
+    }
+
     public enum Event {
         public static let revision: UInt64 = 1
         public static let part: UInt64 = 2

@@ -35,14 +35,37 @@ public enum WireTopic {
     /// Commit markers of multi-change revisions.
     public static let commit = "!c"
 
+    /// A bundle topic starts and ends with this byte, which no key may contain: `#P#` carries
+    /// the bundles of prefix P (proto/PROTOCOL.md §5.4).
+    public static let bundleMark = UInt8(ascii: "#")
+
+    /// The topic of prefix `prefix`'s bundles, which is also the subscription to them.
+    public static func bundle(of prefix: String) -> String { "#" + prefix + "#" }
+
+    /// What a follower of `prefix` subscribes to: the prefix itself, or its bundles.
+    public static func subscription(to prefix: String, bundled: Bool) -> [UInt8] {
+        Array((bundled ? bundle(of: prefix) : prefix).utf8)
+    }
+
+    /// The prefix a bundle subscription names: `nil` unless `topic` is `#`, a valid prefix, `#`.
+    public static func bundledPrefix(_ topic: [UInt8]) -> String? {
+        let mark = bundleMark
+        guard topic.count >= 2, topic.first == mark, topic.last == mark,
+              let prefix = String(validating: topic[1..<(topic.count - 1)], as: UTF8.self),
+              KeyPath.problem(prefix: prefix) == nil
+        else { return nil }
+        return prefix
+    }
+
     /// What a publication's topic says it is.
     public enum Kind: Sendable {
-        case heartbeat, commit, diff
+        case heartbeat, commit, diff, bundle
     }
 
     /// The kind of a publication from its topic. A control topic may carry a read-scope suffix
     /// after its first two bytes (`!h#2#`), so only those two count.
     public static func kind(of topic: UnsafeRawBufferPointer) -> Kind {
+        if topic.first == bundleMark { return .bundle }
         guard topic.count >= 2, topic[0] == UInt8(ascii: "!") else { return .diff }
         switch topic[1] {
         case UInt8(ascii: "h"): return .heartbeat

@@ -67,6 +67,9 @@ public final class WireClient {
     private let dealer: ZMQSocket
     private var subscriber: ZMQSocket?
     private let subscriberPoller = ZMQPoller()
+    /// Publications of a message received but not yet returned (a bundle's diffs), in order.
+    private var pending: [Publication] = []
+    private var pendingNext = 0
     private var nextID: UInt64 = 1
     private let requestPoller = ZMQPoller()
     /// Reports handshake failures of the request socket: the daemon refusing this peer.
@@ -323,13 +326,17 @@ public final class WireClient {
     // MARK: Subscriptions
 
     /// Subscribes to diffs of keys under `prefix` (and to heartbeats and commit markers).
-    /// - Parameter receiveHighWaterMark: messages queued before libzmq drops new ones.
-    public func subscribe(_ prefix: String, receiveHighWaterMark: Int32 = 100_000) throws(WireError) {
+    /// - Parameters:
+    ///   - bundled: take the diffs in bundles, a group commit's in one message (a daemon that
+    ///     publishes them says so in its heartbeats and `PingReply`; an older one sends nothing
+    ///     for this subscription). ``receivePublication(timeoutMilliseconds:)`` returns their diffs one by one.
+    ///   - receiveHighWaterMark: messages queued before libzmq drops new ones.
+    public func subscribe(_ prefix: String, bundled: Bool = false, receiveHighWaterMark: Int32 = 100_000) throws(WireError) {
         let isNew = subscriber == nil
         let socket = try subscriberSocket(receiveHighWaterMark: receiveHighWaterMark)
         do {
             if isNew { try socket.subscribe(Array(WireTopic.controlPrefix.utf8)) }
-            try socket.subscribe(Array(prefix.utf8))
+            try socket.subscribe(WireTopic.subscription(to: prefix, bundled: bundled))
         } catch {
             throw WireError(error)
         }
@@ -363,6 +370,10 @@ public final class WireClient {
 
     /// Waits up to `timeoutMilliseconds` for the next publication (-1: forever); `nil` on timeout.
     public func receivePublication(timeoutMilliseconds: Int) throws(WireError) -> Publication? {
+        if pendingNext < pending.count {
+            pendingNext += 1
+            return pending[pendingNext - 1]
+        }
         guard let subscriber else { return nil }
         do {
             var frames = try subscriber.receiveMessage(flags: .dontWait)
@@ -371,7 +382,9 @@ public final class WireClient {
                 frames = try subscriber.receiveMessage(flags: .dontWait)
             }
             guard let frames else { return nil }
-            return try Self.decodePublication(frames)
+            pending = try Self.decodePublications(frames)
+            pendingNext = 0
+            return try receivePublication(timeoutMilliseconds: 0)
         } catch let error as ZMQError {
             throw WireError(error)
         } catch {
@@ -379,15 +392,16 @@ public final class WireClient {
         }
     }
 
-    /// Decodes the frames of one message from a publish socket: `nil` for a message that is not
-    /// two frames (topic, body).
+    /// Decodes the frames of one message from a publish socket: one publication, or a bundle's
+    /// diffs in order; none for a message that is not two frames (topic, body).
     /// - Throws: when the body does not decode.
-    public static func decodePublication(_ frames: [ZMQMessage]) throws -> Publication? {
-        guard frames.count == 2 else { return nil }
+    public static func decodePublications(_ frames: [ZMQMessage]) throws -> [Publication] {
+        guard frames.count == 2 else { return [] }
         switch frames[0].withUnsafeBytes({ WireTopic.kind(of: $0) }) {
-        case .heartbeat: return .heartbeat(try Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes))
-        case .commit: return .commit(try Beacon_V1_CommitMarker(serializedBytes: frames[1].bytes))
-        case .diff: return .diff(try Beacon_V1_Diff(frame: frames[1]))
+        case .heartbeat: return [.heartbeat(try Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes))]
+        case .commit: return [.commit(try Beacon_V1_CommitMarker(serializedBytes: frames[1].bytes))]
+        case .diff: return [.diff(try Beacon_V1_Diff(frame: frames[1]))]
+        case .bundle: return try Beacon_V1_Bundle.diffs(frame: frames[1]).map { .diff($0) }
         }
     }
 }

@@ -1,4 +1,5 @@
 internal import CBeaconZMQ
+import Synchronization
 
 /// The kinds of ZeroMQ socket Beacon uses.
 public enum ZMQSocketType: Sendable {
@@ -157,11 +158,12 @@ public final class ZMQSocket {
         let socket = try live
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)
         fill(UnsafeMutableRawBufferPointer(start: buffer, count: count))
-        let hint = Unmanaged.passRetained(ReleaseCall(released)).toOpaque()
+        let releaseCall = ReleaseCall(released)
+        releaseCall.handOver()
+        let hint = Unmanaged.passRetained(releaseCall).toOpaque()
         var message = zmq_msg_t()
         let rc = zmq_msg_init_data(&message, buffer, count, { data, hint in
-            data?.deallocate()
-            Unmanaged<ReleaseCall>.fromOpaque(hint!).takeRetainedValue().call()
+            Unmanaged<ReleaseCall>.fromOpaque(hint!).takeRetainedValue().release(data)
         }, hint)
         precondition(rc == 0, "zmq_msg_init_data cannot fail with a free function")
         // Closed on every path: after a successful send libzmq has emptied it, so closing is a no-op.
@@ -294,6 +296,9 @@ public final class ZMQSocket {
     /// -1 waits forever.
     public func setSendTimeout(milliseconds: Int32) throws(ZMQError) { try setOption(ZMQ_SNDTIMEO, milliseconds) }
 
+    /// How long a blocking receive waits before failing with `EAGAIN`; -1 waits forever.
+    public func setReceiveTimeout(milliseconds: Int32) throws(ZMQError) { try setOption(ZMQ_RCVTIMEO, milliseconds) }
+
     /// Whether more frames of the last received message are waiting.
     public var hasMoreFrames: Bool {
         get throws(ZMQError) { try intOption(ZMQ_RCVMORE) != 0 }
@@ -315,8 +320,25 @@ public struct ZMQSocketTransfer: @unchecked Sendable {
     public init(_ socket: ZMQSocket) { self.socket = socket }
 }
 
-/// What to call once libzmq lets go of a frame's memory.
-private final class ReleaseCall {
-    let call: @Sendable () -> Void
+/// What to call once libzmq lets go of a frame's memory, on whichever thread that is.
+///
+/// libzmq passes a frame between its threads through lock-free queues that ThreadSanitizer
+/// cannot see (libzmq is not instrumented). A release store when the frame is handed over and an
+/// acquire load before its memory is let go make that hand-over explicit, so the closure and the
+/// frame's bytes, written on the sending thread, are read and freed after it in every model.
+private final class ReleaseCall: Sendable {
+    private let call: @Sendable () -> Void
+    private let handedOver = Atomic<Bool>(false)
+
     init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+
+    /// Publishes this object, and the frame written before it, to the thread that will release them.
+    func handOver() { handedOver.store(true, ordering: .releasing) }
+
+    /// Frees the frame's memory and calls the closure (libzmq's free function).
+    func release(_ data: UnsafeMutableRawPointer?) {
+        precondition(handedOver.load(ordering: .acquiring), "a frame was released before it was handed over")
+        data?.deallocate()
+        call()
+    }
 }

@@ -226,6 +226,64 @@ final class PacedWriter: @unchecked Sendable {
     }
 }
 
+/// Subscribers that only count what arrives, each on a thread of its own: with them the daemon's
+/// publish path works as it does for clients (prefix marks, each diff encoded, bundles, libzmq's
+/// fan-out), while the figures stay the daemon's. They take bundles, as the client library does.
+final class DrainingSubscribers: Sendable {
+    private let stopping = Atomic<Bool>(false)
+    /// Subscribers that have received something.
+    private let started = Atomic<Int>(0)
+    private let finished = DispatchGroup()
+    let count: Int
+
+    /// Connects `count` subscribers of `prefix`'s bundles and returns once each has received a warm-up write.
+    init(count: Int, prefix: String, runtimeDirectory: String) throws {
+        self.count = count
+        let context = try ZMQContext()
+        for _ in 0..<count {
+            let socket = try ZMQSocket(context, type: .sub)
+            try socket.setReceiveHighWaterMark(0)
+            try socket.setReceiveTimeout(milliseconds: 100)
+            try socket.connect(WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory))
+            try socket.subscribe(WireTopic.subscription(to: prefix, bundled: true))
+            nonisolated(unsafe) let owned = socket
+            finished.enter()
+            Thread.detachNewThread { [self] in
+                defer { finished.leave() }
+                let frame = ZMQMessage()
+                var first = true
+                while !stopping.load(ordering: .relaxed) {
+                    do {
+                        try owned.receive(into: frame)
+                    } catch {
+                        continue  // the timeout: look at the stop flag again
+                    }
+                    if first {
+                        first = false
+                        started.add(1, ordering: .relaxed)
+                    }
+                }
+                owned.close()
+            }
+        }
+        let writer = try WireClient(runtimeDirectory: runtimeDirectory)
+        let deadline = Date().addingTimeInterval(10)
+        var value = Beacon_V1_Value()
+        value.intValue = 0
+        while started.load(ordering: .relaxed) < count {
+            guard Date() < deadline else { throw ValidationError("subscribers never received the warm-up writes") }
+            _ = try writer.put(prefix + "warm-up", value)
+            usleep(10_000)
+        }
+    }
+
+    /// Stops and closes every subscriber.
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        finished.wait()
+    }
+}
+
 struct DaemonBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "daemon", abstract: "beacond's journaled write rate and write-to-subscriber latency vs raw libzmq.")
@@ -242,16 +300,19 @@ struct DaemonBench: ParsableCommand {
     @Option(help: "Only the pipelined write rate (write-rate), for profiling the daemon under load alone.") var only: String?
     @Flag(help: "With --only write-rate: run the daemon in this process, for callgrind (valgrind cannot run beacond).")
     var inProcess = false
+    @Option(help: "With --only write-rate: subscribers of the written keys' bundles, which only count what arrives (the daemon's publish path under load).")
+    var subscribers = 0
 
     func validate() throws {
         if let only, only != "write-rate" { throw ValidationError("--only takes write-rate") }
         if inProcess && only == nil { throw ValidationError("--in-process needs --only write-rate") }
+        if subscribers > 0 && only == nil { throw ValidationError("--subscribers needs --only write-rate") }
     }
 
     func run() throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        print("beacon-bench daemon: \(writes) writes of 64-byte values over \(keys) keys, window \(window), \(runs) runs, durability \(durability), ipc")
+        print("beacon-bench daemon: \(writes) writes of 64-byte values over \(keys) keys, window \(window), \(runs) runs, durability \(durability), ipc" + (subscribers > 0 ? ", \(subscribers) subscribers" : ""))
 
         var rawRates: [Double] = []
         var rawLatency: [Double] = []
@@ -271,6 +332,9 @@ struct DaemonBench: ParsableCommand {
                     let daemon = try DaemonUnderTest(directory: directory + "/d\(run)-\(batch)", durability: durability,
                                                      maxBatch: maxBatch, inProcess: inProcess)
                     defer { daemon.stop() }
+                    let draining = subscribers > 0
+                        ? try DrainingSubscribers(count: subscribers, prefix: "bench.", runtimeDirectory: daemon.runtimeDirectory) : nil
+                    defer { draining?.stop() }
                     writeRates.append(try pipelinedWrites(daemon, batch: batch))
                 }
             }

@@ -40,11 +40,33 @@ struct ClientBench: ParsableCommand {
     @Option(help: "Only one part: latency, throughput or memory.") var only: String?
     @Option(help: ArgumentHelp("Run each mirroring subscriber process under this command, to profile it (a backlog run's freeze then stops the command, not the process: read the live runs).", valueName: "command"))
     var profileWith: String?
+    @Option(help: "How the mirroring processes take publications: bundles (as the client library does once the daemon offers them) or diffs (one message per change).")
+    var publications = "bundles"
+
+    func validate() throws {
+        guard ["bundles", "diffs"].contains(publications) else { throw ValidationError("--publications is bundles or diffs") }
+    }
+
+    /// Arguments for every Beacon subscriber process.
+    private var clientArguments: [String] { publications == "diffs" ? ["--no-bundles"] : [] }
+
+    /// Writes `key` (a different value each time) until every process printed READY: a process
+    /// that takes bundles is ready once it has received one, which needs writes to happen.
+    private func warmUp(_ probes: [SubscriberProcess], writer: WireClient, key: String, values: (Int) -> Int64) throws {
+        let deadline = Date().addingTimeInterval(60)
+        var round = 0
+        while !probes.allSatisfy({ $0.hasPrinted("READY") }) {
+            guard Date() < deadline else { throw ValidationError("a subscriber process was not ready within 60 s") }
+            _ = try writer.put(key, .with { $0.intValue = values(round) })
+            round += 1
+            usleep(50_000)
+        }
+    }
 
     func run() throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        print("beacon-bench client: Beacon client library in separate processes against a release beacond, ipc")
+        print("beacon-bench client: Beacon client library in separate processes against a release beacond, ipc, publications as \(publications)")
         let rawOneWay = percentile(try RawZMQ.oneWayLatencies(samples: 5_000, directory: directory).sorted(), 0.5)
         let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
         defer { daemon.stop() }
@@ -56,8 +78,9 @@ struct ClientBench: ParsableCommand {
         print("| --- | --- | --- |")
         if only == nil || only == "latency" {
             // Latency: a write in this process, an effect in another.
-            let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency"])
-            try latencyProbe.waitFor("READY")
+            let latencyProbe = try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "latency"] + clientArguments)
+            // Warm-up values below -1 are not samples.
+            try warmUp([latencyProbe], writer: writer, key: "bench.lat") { -2 - Int64($0) }
             for _ in 0..<samples {
                 _ = try writer.put("bench.lat", .with { $0.intValue = Int64(monotonicNanoseconds()) })
                 usleep(200)
@@ -119,10 +142,11 @@ struct ClientBench: ParsableCommand {
                             frozen: Bool) throws -> (writeRate: Double, mirrorRate: Double, cpuPerUpdate: Double) {
         let prefix = "bench.t\(subscriberCount)\(frozen ? "f" : "l")."
         let probes = try (0..<subscriberCount).map { _ in
-            try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "mirror", "--prefix", prefix],
+            try SubscriberProcess(runtimeDirectory: daemon.runtimeDirectory, arguments: ["--mode", "mirror", "--prefix", prefix] + clientArguments,
                                   under: profileWith)
         }
         defer { probes.forEach { $0.stop() } }
+        try warmUp(probes, writer: try WireClient(runtimeDirectory: daemon.runtimeDirectory), key: prefix + "warm-up") { Int64($0) }
         let readyCPU = try probes.map { try $0.waitFor("READY").split(separator: " ").dropFirst().first.flatMap { UInt64($0) } ?? 0 }
         if frozen { probes.forEach { $0.signal(SIGSTOP) } }
         var start = monotonicNanoseconds()
@@ -137,8 +161,9 @@ struct ClientBench: ParsableCommand {
         let finishes = try probes.map { try $0.waitFor("DONE", timeout: 300).split(separator: " ") }
         let slowest = finishes.compactMap { UInt64($0[1]) }.max() ?? committed
         let applied = finishes.compactMap { Int($0[2]) }.min() ?? 0
-        if applied != min(writes, keys + 1) {
-            print("warning: a mirror holds \(applied) keys, expected \(min(writes, keys + 1))")
+        // The keys written, "done" and "warm-up".
+        if applied != min(writes, keys + 1) + 1 {
+            print("warning: a mirror holds \(applied) keys, expected \(min(writes, keys + 1) + 1)")
         }
         let cpu = zip(finishes, readyCPU).compactMap { finish, ready in finish.count > 3 ? UInt64(finish[3]).map { Double($0 - ready) } : nil }
         // Under --profile-with the freeze stops the wrapper, not the process, which may finish first.
@@ -272,12 +297,15 @@ struct ClientSubscriber: ParsableCommand {
     @Option(help: "The prefix mirrored (mirror, memory).") var prefix = ""
     @Option(help: "Keys expected (memory), messages expected after the first (raw).") var count = 0
     @Option(help: "The raw publisher's endpoint (raw).") var endpoint = ""
+    @Flag(help: "Take one message per change, not bundles.") var noBundles = false
 
     func run() throws {
         if mode == "raw" { return try receiveRaw() }
         let baseline = residentBytes()
-        let client = try BeaconClient(runtimeDirectory: runtimeDir)
-        let subscriber = Subscriber(client: client, baseline: baseline)
+        var configuration = BeaconConfiguration(runtimeDirectory: runtimeDir)
+        configuration.receivesBundles = !noBundles
+        let client = try BeaconClient(configuration: configuration)
+        let subscriber = Subscriber(client: client, baseline: baseline, bundles: !noBundles)
         switch mode {
         case "latency": try subscriber.measureLatency()
         case "mirror": try subscriber.mirror(prefix: prefix)
@@ -320,25 +348,32 @@ extension ClientSubscriber {
 final class Subscriber: @unchecked Sendable {
     let client: BeaconClient
     let baseline: Int
+    /// Whether the client should take bundles: then it is ready once one has arrived.
+    let bundles: Bool
     var handles: [Effect] = []
 
-    init(client: BeaconClient, baseline: Int) {
+    init(client: BeaconClient, baseline: Int, bundles: Bool) {
         self.client = client
         self.baseline = baseline
+        self.bundles = bundles
     }
+
+    /// Live, and on bundles if it takes them (the statistics are read, not tracked: the caller
+    /// runs on each update).
+    var isSettled: Bool { client.connection.value == .live && (!bundles || client.statistics.bundles > 0) }
 
     func measureLatency() throws {
         let sent = try client.signal("bench.lat", as: Int.self, default: 0)
         var latencies: [Double] = []
         var ready = false
-        handles.append(effect { [client] in
+        handles.append(effect { [self] in
             let stamp = sent.value
-            if !ready, client.connection.value == .live {
+            if !ready, self.isSettled {
                 ready = true
                 emit("READY")
             }
-            guard ready, stamp != 0 else { return }
-            if stamp < 0 {  // end of the run; updates that arrived together counted once
+            guard ready, stamp > 0 || stamp == -1 else { return }  // 0 and below -1: warm-up
+            if stamp == -1 {  // end of the run; updates that arrived together counted once
                 let sorted = latencies.dropFirst(min(100, latencies.count / 10)).sorted()
                 emit("LAT \(percentile(sorted, 0.5)) \(percentile(sorted, 0.99)) \(percentile(sorted, 0.999)) \(latencies.count)")
                 return
@@ -351,10 +386,13 @@ final class Subscriber: @unchecked Sendable {
         let map = try client.mirror(prefix: prefix, as: Int.self)
         let done = try client.signal(prefix + "done", as: Int.self, default: -1)
         var ready = false
-        handles.append(effect { [client] in
-            if !ready, client.connection.value == .live, map.status == .live {
-                ready = true
-                emit("READY \(processCPUNanoseconds())")
+        handles.append(effect { [self] in
+            if !ready {
+                _ = map.value  // runs again at each warm-up write until ready; not once measuring
+                if self.isSettled, map.status == .live {
+                    ready = true
+                    emit("READY \(processCPUNanoseconds())")
+                }
             }
             if done.value >= 0 {
                 emit("DONE \(monotonicNanoseconds()) \(map.count) \(processCPUNanoseconds())")

@@ -1,4 +1,5 @@
 @testable import BeaconDaemon
+import BeaconProtocol
 import Testing
 
 @Suite("Prefix tracker: marks and leases")
@@ -23,6 +24,32 @@ struct PrefixTrackerTests {
         #expect(fewMarks == [["", "a", "app.", "app.x"], ["", "a", "app."], ["", "a"], ["", "é", "éa"], [""], ["", "b."], [""], [""], [""]])
         #expect(manyMarks == fewMarks.enumerated().map { index, marks in keys[index] == "z3.k" ? marks + ["z3."] : marks })
         #expect(Self.marks(&many, revision: 2, keys: ["z3.k"]) == [["", "z3."]])
+    }
+
+    @Test("A revision of one change gets the marks the general path gives: prefixes, previous revisions, parts")
+    func oneChangeRevisionsMarkLikeTheGeneralPath() {
+        var few = PrefixTracker(), many = PrefixTracker()
+        for prefix in ["", "a", "app.", "app.x", "é", "b."] {
+            few.subscribe(prefix) { 3 }
+            many.subscribe(prefix) { 3 }
+        }
+        // Past the scan limit the general path looks prefixes up by length.
+        for index in 0..<40 { _ = many.lease("z\(index).", until: 1_000, initial: { 0 }) }
+        func withoutLeased(_ marks: [Beacon_V1_PrefixMark]) -> [Beacon_V1_PrefixMark] {
+            marks.filter { !$0.prefix.hasPrefix("z") }.sorted { $0.prefix < $1.prefix }
+        }
+        let keys = ["app.x", "b.c", "apple", "app.y", "éa", "app.x", "c", "b.c"]
+        for (offset, key) in keys.enumerated() {
+            let revision = UInt64(offset + 4)
+            let one = few.record(revision: revision, keys: [key])
+            let general = many.record(revision: revision, keys: [key])
+            #expect(one.perChange.count == 1 && general.perChange.count == 1)
+            #expect(one.perChange[0].sorted { $0.prefix < $1.prefix } == withoutLeased(general.perChange[0]), "\(key)")
+            #expect(one.touched == withoutLeased(general.touched), "\(key)")
+            #expect(one.perChange[0].allSatisfy { $0.parts == 1 && $0.previousRevision < revision })
+        }
+        #expect(few.heads == many.heads.filter { !$0.prefix.hasPrefix("z") })
+        #expect(few.heads.first { $0.prefix == "b." }?.revision == 11)
     }
 
     @Test("A holder over its lease limit gets the revision without a lease; leases run out and make room")

@@ -251,3 +251,40 @@ extension AccessTests {
         #expect(rootMarks.contains("ap"), "a diff no narrower scope may receive keeps root's mark: \(rootMarks)")
     }
 }
+
+extension AccessTests {
+    /// Bundles (PROTOCOL.md §5.4) are granted as a subscription to their prefix is: only to a peer
+    /// that may read every key under it.
+    @Test("A bundle subscription delivers only what the peer may read: its own prefix's bundles, none of a wider or another prefix",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func bundlesAreGrantedAsPrefixesAre() throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let probe = try AccessProbe(directory: dir)
+        let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--subscribe", "#app.#", "--subscribe", "#ap#", "--subscribe", "##",
+            "--subscribe", "#apps.#", "--subscribe", "#sys.#", "--listen-ms", "1500",
+        ]) {
+            Thread.sleep(forTimeInterval: 0.3)
+            for i in 0..<5 {
+                let value = Beacon_V1_Value.with { $0.intValue = Int64(i) }
+                _ = try root.batch([
+                    .txn(.with { $0.ops = [
+                        .with { $0.put = .with { $0.key = "app.x"; $0.value = value } },
+                        .with { $0.put = .with { $0.key = "apps.secret"; $0.value = value } },
+                    ] }),
+                    .put(.with { $0.key = "sys.other"; $0.value = value }),
+                    .put(.with { $0.key = "app.y"; $0.value = value }),
+                ])
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        }
+        #expect(lines.contains("diff app.x") && lines.contains("diff app.y"), "the peer's own bundles arrived: \(lines.suffix(5))")
+        #expect(!lines.contains { $0.hasPrefix("diff apps.") || $0.hasPrefix("diff sys.") }, "\(lines.filter { $0.hasPrefix("diff") })")
+        for line in lines where line.hasPrefix("marks ") {
+            let prefixes = line.split(separator: " ").dropFirst(2).first.map { $0.split(separator: ",").map(String.init) } ?? []
+            #expect(prefixes.allSatisfy { $0 == "app." }, "marks of prefixes the peer may not read: \(line)")
+        }
+    }
+}

@@ -167,7 +167,7 @@ struct AccessTests {
             try CurveKeyFile(publicKey: keys.publicKey, secretKey: keys.secretKey).text
                 .write(toFile: "\(dir)/\(name).key", atomically: true, encoding: .utf8)
         }
-        let port = Int.random(in: 20_000...50_000)
+        let port = testPorts()
         let request = "tcp://127.0.0.1:\(port)", publish = "tcp://127.0.0.1:\(port + 1)"
         let (daemon, _) = try startDaemon([
             "request_endpoint = \(request)", "publish_endpoint = \(publish)",

@@ -60,12 +60,13 @@ final class ProbeProcess: @unchecked Sendable {
     private let readerFinished = DispatchSemaphore(value: 0)
 
     init(runtimeDirectory: String, prefix: String, highWaterMark: Int32? = nil, pair: (String, String)? = nil,
-         sessionKey: String? = nil) throws {
+         sessionKey: String? = nil, bundles: Bool = true) throws {
         process.executableURL = URL(fileURLWithPath: try binary("beacon-client-probe"))
         var arguments = ["--runtime-dir", runtimeDirectory, "--prefix", prefix]
         if let highWaterMark { arguments += ["--hwm", "\(highWaterMark)"] }
         if let pair { arguments += ["--pair", pair.0, pair.1] }
         if let sessionKey { arguments += ["--session-key", sessionKey] }
+        if !bundles { arguments.append("--no-bundles") }
         process.arguments = arguments
         process.standardInput = input
         process.standardOutput = output
@@ -93,8 +94,8 @@ final class ProbeProcess: @unchecked Sendable {
     /// Every line printed so far.
     var lines: [String] { lock.withLock { received } }
 
-    /// The probe's mirror, connection state and repair/resync counts, freshly asked for.
-    func dump() async throws -> (state: [String: Int], connection: String, repairs: Int, resyncs: Int) {
+    /// The probe's mirror, connection state and repair, resync and bundle counts, freshly asked for.
+    func dump() async throws -> (state: [String: Int], connection: String, repairs: Int, resyncs: Int, bundles: Int) {
         let before = lines.filter { $0.hasPrefix("S ") }.count
         input.fileHandleForWriting.write(Data("dump\n".utf8))
         for _ in 0..<500 {
@@ -102,7 +103,7 @@ final class ProbeProcess: @unchecked Sendable {
             if answers.count > before {
                 let fields = answers[before].split(separator: " ")
                 let state = try JSONSerialization.jsonObject(with: Data(fields[1].utf8)) as? [String: Int] ?? [:]
-                return (state, String(fields[2]), Int(fields[3]) ?? -1, Int(fields[4]) ?? -1)
+                return (state, String(fields[2]), Int(fields[3]) ?? -1, Int(fields[4]) ?? -1, Int(fields[5]) ?? -1)
             }
             try await Task.sleep(for: .milliseconds(10))
         }

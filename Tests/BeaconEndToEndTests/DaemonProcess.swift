@@ -3,6 +3,16 @@ import BeaconWire
 import Foundation
 import Testing
 
+/// An even tcp port for a test daemon (the next ones are its publish port and a relay's), below the kernel's
+/// ephemeral range: a port in that range can be taken meanwhile by an outgoing connection, even
+/// by a client reconnecting to a daemon that was killed there (it then connects to itself).
+func testPorts() -> Int {
+    let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
+        .split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+    let ephemeralStart = range?.first ?? 32_768
+    return Int.random(in: 10_000...max(10_008, ephemeralStart - 8)) & ~1
+}
+
 func temporaryDirectory() throws -> String {
     var template = Array("/tmp/be2e-XXXXXX".utf8CString)
     let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })

@@ -1,3 +1,4 @@
+import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
@@ -37,6 +38,35 @@ struct InteropTests {
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "\(text)")
         #expect(text.contains("python client: ok"))
+    }
+
+    @Test("The same Python client, unchanged, beside a subscriber of the same prefix's bundles: each receives every change",
+          .enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
+    func thePythonClientWorksBesideABundleSubscriber() throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let bundled = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try bundled.subscribe("py.", bundled: true)
+        var received: [(revision: UInt64, key: String)] = []
+        func receive(until done: (Beacon_V1_Heartbeat) -> Bool) throws -> Bool {
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline {
+                switch try bundled.receivePublication(timeoutMilliseconds: 100) {
+                case .diff(let diff)?: received.append((diff.event.revision, diff.event.change.key))
+                case .heartbeat(let heartbeat)? where done(heartbeat): return true
+                default: break
+                }
+            }
+            return false
+        }
+        #expect(try receive { $0.prefixes.contains { $0.prefix == "py." } }, "the bundle subscription took effect")
+        try Self.runPythonClient(runtimeDirectory: daemon.runtimeDirectory)
+        let history = try daemonHistory(WireClient(runtimeDirectory: daemon.runtimeDirectory), prefix: "py.")
+        let last = try #require(history.last?.revision)
+        #expect(try receive { $0.headRevision >= last })
+        #expect(received.map(\.revision) == history.map(\.revision))
+        #expect(received.map(\.key) == history.map(\.key))
     }
 
     @Test("The same Python client, unchanged, against a relay (of a primary over ipc)",

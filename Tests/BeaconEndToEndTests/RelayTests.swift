@@ -26,7 +26,7 @@ final class RelayCluster {
     }
 
     /// Two free-looking tcp ports (request, publish).
-    static func ports() -> Int { Int.random(in: 20_000...50_000) & ~1 }
+    static func ports() -> Int { testPorts() }
 
     /// Starts daemon `name` with tcp endpoints at `port`, `port + 1` (CURVE key `name`), letting
     /// this uid and the keys `clients` read and write everything; with `upstream`, as a relay of
@@ -466,6 +466,8 @@ struct RelayTests {
         try await expectWholeEffectRuns(probe, endingAt: total)
         let history = probe.history
         #expect(zip(history, history.dropFirst()).allSatisfy { $0.revision < $1.revision }, "history went back or repeated")
+
+        #expect(relayDaemon.stderr.contains("following the upstream's bundles"), "the link took bundles (PROTOCOL.md §5.4)")
 
         // Restarted to carry a. and c.: it takes them anew; b. is no longer carried.
         relayDaemon.stop()

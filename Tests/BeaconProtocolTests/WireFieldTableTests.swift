@@ -28,6 +28,7 @@ struct WireFieldTableTests {
             ("Diff.epoch", WireField.Diff.epoch, try Self.number(Beacon_V1_Diff.with { $0.epoch = 1 })),
             ("Diff.event", WireField.Diff.event, try Self.number(Beacon_V1_Diff.with { $0.event.revision = 1 })),
             ("Diff.marks", WireField.Diff.marks, try Self.number(Beacon_V1_Diff.with { $0.marks = [.with { $0.parts = 1 }] })),
+            ("Bundle.diffs", WireField.Bundle.diffs, try Self.number(Beacon_V1_Bundle.with { $0.diffs = [.with { $0.epoch = 1 }] })),
             ("Event.revision", WireField.Event.revision, try Self.number(Beacon_V1_Event.with { $0.revision = 1 })),
             ("Event.part", WireField.Event.part, try Self.number(Beacon_V1_Event.with { $0.part = 1 })),
             ("Event.parts", WireField.Event.parts, try Self.number(Beacon_V1_Event.with { $0.parts = 1 })),

@@ -5,7 +5,7 @@
 //   H <revision> <key> <json value, or - for a deletion>     one per history change
 //   R <revision>                                             history resynced at a revision
 //   E <a> <b>                                                one per effect run over --pair
-//   S <json object of the mirror> <connection> <repairs> <resyncs>   answer to "dump"
+//   S <json object of the mirror> <connection> <repairs> <resyncs> <bundles>   answer to "dump"
 //   BOUND <revision>                                         --session-key written, bound to the session
 import Beacon
 import Foundation
@@ -16,6 +16,7 @@ var prefix = ""
 var highWaterMark: Int32 = 1_000_000
 var pair: (String, String)?
 var sessionKey: String?
+var receivesBundles = true
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst() ?? ""
@@ -23,12 +24,14 @@ while let argument = arguments.popFirst() {
     case "--hwm": highWaterMark = Int32(arguments.popFirst() ?? "") ?? highWaterMark
     case "--pair": pair = (arguments.popFirst() ?? "", arguments.popFirst() ?? "")
     case "--session-key": sessionKey = arguments.popFirst()
+    case "--no-bundles": receivesBundles = false
     default: FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!); exit(64)
     }
 }
 
 var configuration = BeaconConfiguration(runtimeDirectory: runtimeDirectory)
 configuration.receiveHighWaterMark = highWaterMark
+configuration.receivesBundles = receivesBundles
 configuration.requestTimeout = .milliseconds(500)
 configuration.sessionTimeout = .seconds(1)
 let client = try BeaconClient(configuration: configuration)
@@ -71,7 +74,7 @@ Thread.detachNewThread {
             let object = Dictionary(uniqueKeysWithValues: state.map { ($0.key, $0.value) })
             let data = try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
             let statistics = client.statistics
-            emit("S \(String(decoding: data, as: UTF8.self)) \(client.connection.peek()) \(statistics.repairs) \(statistics.resyncs)")
+            emit("S \(String(decoding: data, as: UTF8.self)) \(client.connection.peek()) \(statistics.repairs) \(statistics.resyncs) \(statistics.bundles)")
         }
     }
     exit(0)

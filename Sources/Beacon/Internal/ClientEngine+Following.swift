@@ -133,6 +133,8 @@ extension ClientEngine {
             case .heartbeat:
                 guard let heartbeat = try? Beacon_V1_Heartbeat(serializedBytes: frames[1].bytes) else { continue }
                 heartbeatIntervalMs = UInt64(max(heartbeat.intervalMs, 10))
+                // A daemon started anew may publish bundles or not: follow what it says.
+                setBundled(configuration.receivesBundles && heartbeat.bundles)
                 // A relay that cannot reach its upstream serves what it has: stale, like a lost daemon.
                 upstreamUnreachable = heartbeat.hasUpstream && !heartbeat.upstream.reachable
                 mirrors.receive(heartbeat)
@@ -143,12 +145,21 @@ extension ClientEngine {
                 for history in histories.values { history.core.receive(marker) }
             case .diff:
                 guard let diff = try? Beacon_V1_Diff(frame: frames[1]) else { continue }
-                mirrors.receive(diff)
-                for history in histories.values where diff.event.change.key.isUnder(history.prefix) {
-                    history.core.receive(diff)
-                }
+                receive(diff)
+            case .bundle:
+                guard let diffs = try? Beacon_V1_Bundle.diffs(frame: frames[1]) else { continue }
+                bundleCount.add(1, ordering: .relaxed)
+                for diff in diffs { receive(diff) }
             }
             if hasDueFetch { syncFollowers(now: ClientEngine.now()) }
+        }
+    }
+
+    /// Hands a diff to the mirrors and to the history streams of prefixes its key is under.
+    private func receive(_ diff: Beacon_V1_Diff) {
+        mirrors.receive(diff)
+        for history in histories.values where diff.event.change.key.isUnder(history.prefix) {
+            history.core.receive(diff)
         }
     }
 

@@ -26,6 +26,7 @@ final class ClientEngine: @unchecked Sendable {
     let revisionCount = Atomic<Int>(0)
     let snapshotCount = Atomic<Int>(0)
     let resumeCount = Atomic<Int>(0)
+    let bundleCount = Atomic<Int>(0)
     /// The local journal, if configured: resumes from its bookmarks, saves what is applied.
     let localJournal: LocalJournal?
     private var savedBookmarks: [String: UInt64] = [:]
@@ -43,6 +44,8 @@ final class ClientEngine: @unchecked Sendable {
     var histories: [Int: HistoryFollower] = [:]
     /// The SUB socket's subscriptions, counted: mirrors and history streams may share a prefix.
     private var subscriptionCounts: [String: Int] = [:]
+    /// Whether the subscriptions are to bundles (the daemon's heartbeat said it publishes them).
+    private var bundled = false
     /// Released steps not yet handed to the graph (one update per loop iteration).
     var outgoing: [FollowerCore.Step] = []
     /// The counters of history streams that ended.
@@ -262,17 +265,30 @@ final class ClientEngine: @unchecked Sendable {
 
     func addSubscription(_ prefix: String) {
         subscriptionCounts[prefix, default: 0] += 1
-        if subscriptionCounts[prefix] == 1 { try? subscriber.subscribe(Array(prefix.utf8)) }
+        if subscriptionCounts[prefix] == 1 { try? subscriber.subscribe(topic(of: prefix)) }
     }
 
     func removeSubscription(_ prefix: String) {
         guard let count = subscriptionCounts[prefix] else { return }
         if count <= 1 {
             subscriptionCounts[prefix] = nil
-            try? subscriber.unsubscribe(Array(prefix.utf8))
+            try? subscriber.unsubscribe(topic(of: prefix))
         } else {
             subscriptionCounts[prefix] = count - 1
         }
+    }
+
+    /// The subscription that brings the diffs under `prefix`: the prefix itself, or its bundles.
+    private func topic(of prefix: String) -> [UInt8] { WireTopic.subscription(to: prefix, bundled: bundled) }
+
+    /// Moves every subscription to bundles or back. Each old subscription goes before its new
+    /// one (the daemon may cap subscriptions per peer); a group published in between is missed
+    /// and repaired, one received both ways is applied once (PROTOCOL.md §6).
+    func setBundled(_ on: Bool) {
+        guard on != bundled else { return }
+        for prefix in subscriptionCounts.keys { try? subscriber.unsubscribe(topic(of: prefix)) }
+        bundled = on
+        for prefix in subscriptionCounts.keys { try? subscriber.subscribe(topic(of: prefix)) }
     }
 
     // MARK: Requests

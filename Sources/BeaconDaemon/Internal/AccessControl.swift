@@ -90,9 +90,9 @@ struct AccessControl {
 
     /// The topics to subscribe a peer with `rights` to for its subscription `topic`, or `nil`
     /// when it may not have it. Control topics (`!`) become the heartbeat and commit topics of
-    /// the peer's read scope; with a policy, everything (the empty prefix) becomes one
-    /// subscription per possible first byte of a key, so that it does not match other scopes'
-    /// control topics.
+    /// the peer's read scope. Everything (the empty prefix) becomes one subscription per
+    /// possible first byte of a key, so that it matches neither other scopes' control topics
+    /// nor bundles (`#P#`, granted to those who may read all of P).
     mutating func topics(forSubscription topic: [UInt8], rights: AccessRights) -> [[UInt8]]? {
         if topic.first == UInt8(ascii: "!") {
             guard policy.isEnabled else { return [topic] }
@@ -100,12 +100,14 @@ struct AccessControl {
             let scope = scope(of: rights.read)
             return [Array(heartbeatTopic(scope: scope).utf8), Array(commitTopic(scope: scope).utf8)]
         }
-        guard let prefix = String(validating: topic, as: UTF8.self), KeyPath.problem(prefix: prefix) == nil,
+        let bundled = WireTopic.bundledPrefix(topic)
+        guard let prefix = bundled ?? String(validating: topic, as: UTF8.self), KeyPath.problem(prefix: prefix) == nil,
               rights.read.covers(prefix: prefix)
         else { return nil }
-        guard policy.isEnabled else { return [topic] }
-        _ = scope(of: rights.read)  // the diffs it receives carry only marks this scope may read
-        if prefix.isEmpty { return Self.keyFirstBytes.map { [$0] } }
+        if policy.isEnabled { _ = scope(of: rights.read) }  // the diffs it receives carry only marks this scope may read
+        // A bundle topic names its prefix exactly (no key holds `#`). The empty prefix stands for
+        // every key, not for every topic: other scopes' control topics and bundles stay out.
+        if bundled == nil && prefix.isEmpty { return Self.keyFirstBytes.map { [$0] } }
         return [topic]
     }
 

@@ -32,6 +32,24 @@ final class Publisher {
     /// Publications this large or larger are counted in ``unsent``; libzmq's high-water mark
     /// bounds the smaller ones in number.
     static let trackedBytes = 256
+    /// Prefixes subscribed to as bundles (topic `#P#`), with their subscriptions counted.
+    private(set) var bundledPrefixes: [String: Int] = [:]
+    /// The bundles of the group commit being published: one per bundled prefix, filled by
+    /// ``publishDiffs(_:epoch:marks:)`` between ``beginGroup()`` and ``finishGroup()``.
+    private var gathering: [GatheredBundle] = []
+    /// A bundle is sent once it holds this many bytes; the rest of the group goes in the next.
+    static let bundleBytes = 256 * 1024
+
+    /// One prefix's bundle being filled: its topic, the body so far, and bodies that reached
+    /// ``bundleBytes``, to be sent once the diff being published has left (frames of another
+    /// message cannot go out in the middle of its own).
+    private struct GatheredBundle {
+        let prefix: String
+        let topic: [UInt8]
+        var body: [UInt8] = []
+        var full: [[UInt8]] = []
+    }
+
     /// When the socket was last opened anew, and whether a timer will do it again.
     private(set) var lastReopened = MonotonicTime(milliseconds: 0)
     var reopenPending = false
@@ -70,6 +88,7 @@ final class Publisher {
         for endpoint in endpoints { try? socket.unbind(endpoint) }
         socket.close()
         tracker.resetSubscriptions()
+        bundledPrefixes = [:]
         pairing = SubscriptionPairing()
         socket = try Self.makeSocket(context, highWaterMark: highWaterMark, connections: connections)
         generation += 1
@@ -120,7 +139,78 @@ final class Publisher {
         for topic in topics { try? socket.removeSubscription(topic) }
     }
 
+    /// Counts a bundle subscription to `prefix`.
+    func subscribeBundles(of prefix: String) { bundledPrefixes[prefix, default: 0] += 1 }
+
+    /// A bundle subscription to `prefix` ended.
+    func unsubscribeBundles(of prefix: String) {
+        guard let count = bundledPrefixes[prefix] else { return }
+        bundledPrefixes[prefix] = count > 1 ? count - 1 : nil
+    }
+
     // MARK: Publishing
+
+    /// Starts a group commit's publications: from here to ``finishGroup()`` each diff also goes
+    /// into the bundle of every bundled prefix its key is under.
+    func beginGroup() {
+        precondition(gathering.isEmpty, "a group's bundles were not sent")
+        for prefix in bundledPrefixes.keys.sorted() {
+            gathering.append(GatheredBundle(prefix: prefix, topic: Array(WireTopic.bundle(of: prefix).utf8)))
+        }
+    }
+
+    /// Sends the group's bundles that hold anything.
+    /// - Returns: the topics whose publication failed.
+    func finishGroup() -> [(topic: String, error: ZMQError)] {
+        var failures = sendFullBundles()
+        for index in gathering.indices where !gathering[index].body.isEmpty {
+            do {
+                try sendBundle(gathering[index].topic, gathering[index].body)
+            } catch {
+                failures.append((WireTopic.bundle(of: gathering[index].prefix), error))
+            }
+        }
+        gathering.removeAll()
+        return failures
+    }
+
+    /// Sends the bundles that filled up, in order.
+    private func sendFullBundles() -> [(topic: String, error: ZMQError)] {
+        var failures: [(topic: String, error: ZMQError)] = []
+        for index in gathering.indices where !gathering[index].full.isEmpty {
+            for body in gathering[index].full {
+                do {
+                    try sendBundle(gathering[index].topic, body)
+                } catch {
+                    failures.append((WireTopic.bundle(of: gathering[index].prefix), error))
+                }
+            }
+            gathering[index].full.removeAll()
+        }
+        return failures
+    }
+
+    private func sendBundle(_ topic: [UInt8], _ body: [UInt8]) throws(ZMQError) {
+        try send(topic: topic, count: body.count) { buffer in body.withUnsafeBytes { buffer.copyMemory(from: $0) } }
+        published += 1
+    }
+
+    /// Adds the diff just encoded for `key` to the bundles of the prefixes it is under; a bundle
+    /// it would take past ``bundleBytes`` is set aside as full first.
+    /// - Returns: whether a bundle filled up.
+    private func gather(_ diff: UnsafeMutableRawBufferPointer, key: String) -> Bool {
+        var filled = false
+        for index in gathering.indices where key.utf8.starts(with: gathering[index].prefix.utf8) {
+            let length = WireEncoder.bundledSize(diffCount: diff.count)
+            if !gathering[index].body.isEmpty && gathering[index].body.count + length > Self.bundleBytes {
+                gathering[index].full.append(gathering[index].body)
+                gathering[index].body.removeAll(keepingCapacity: true)
+                filled = true
+            }
+            WireEncoder.appendBundled(diff: UnsafeRawBufferPointer(diff), to: &gathering[index].body)
+        }
+        return filled
+    }
 
     /// Publishes the diffs of one revision's changes, encoded straight into the frames libzmq
     /// sends, each with its sequencing marks (from ``tracker``; none when nothing is sequenced).
@@ -128,6 +218,7 @@ final class Publisher {
     func publishDiffs(_ changes: [JournalChange], epoch: UInt64,
                       marks: [[Beacon_V1_PrefixMark]]) -> [(topic: String, error: ZMQError)] {
         var failures: [(topic: String, error: ZMQError)] = []
+        var filled = false
         for index in changes.indices {
             let key = changes[index].key
             do {
@@ -138,10 +229,20 @@ final class Publisher {
                     expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
                     timestampMilliseconds: changes[index].timestampMilliseconds,
                     marks: marks.isEmpty ? [] : marks[index]
-                ) { (count, fill) throws(ZMQError) -> Bool in try send(topic: key, count: count, fill: fill) }
+                ) { (count, fill) throws(ZMQError) -> Bool in
+                    guard !gathering.isEmpty else { return try send(topic: key, count: count, fill: fill) }
+                    return try send(topic: key, count: count) { buffer in
+                        fill(buffer)
+                        if gather(buffer, key: key) { filled = true }
+                    }
+                }
                 published += 1
             } catch {
                 failures.append((key, error))
+            }
+            if filled {
+                failures += sendFullBundles()
+                filled = false
             }
         }
         return failures
@@ -162,6 +263,20 @@ final class Publisher {
         _ = try withUTF8Bytes(topic) { utf8 in
             Result { () throws(ZMQError) in try socket.send(copying: utf8, flags: [.sendMore, .dontWait]) }
         }.get()
+        return try sendBody(count: count, fill: fill)
+    }
+
+    @discardableResult
+    private func send(topic: [UInt8], count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
+        let socket = socket
+        _ = try topic.withUnsafeBytes { bytes in
+            Result { () throws(ZMQError) in try socket.send(copying: bytes, flags: [.sendMore, .dontWait]) }
+        }.get()
+        return try sendBody(count: count, fill: fill)
+    }
+
+    private func sendBody(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
+        let socket = socket
         guard count >= Self.trackedBytes else { return try socket.send(count: count, flags: .dontWait, fill: fill) }
         return try socket.send(count: count, flags: .dontWait, released: unsent.hand(count), fill: fill)
     }

@@ -94,6 +94,8 @@ final class UpstreamLink {
     /// The upstream's epoch as last heard (0: not yet).
     private(set) var upstreamEpoch: UInt64 = 0
     private var upstreamInstance: UInt64 = 0
+    /// Whether the prefixes are followed through their bundles (the upstream's heartbeat offers them).
+    private var bundled = false
     private var heartbeatInterval: UInt64 = 1000
     private var lastRefusedRetry: UInt64 = 0
 
@@ -231,36 +233,52 @@ final class UpstreamLink {
         for _ in 0..<10_000 {
             guard let frames = try? subscriber.receiveMessage(flags: .dontWait) else { return }
             heard()
-            guard let publication = try? WireClient.decodePublication(frames) else {
+            guard let publications = try? WireClient.decodePublications(frames), !publications.isEmpty else {
                 logger.warning("a publication from the upstream does not decode; it is repaired like a lost one")
                 continue
             }
-            switch publication {
-            case .diff(let diff) where diff.epoch == upstreamEpoch:
-                upstreamHead = max(upstreamHead, diff.event.revision)
-            case .commit(let marker) where marker.epoch == upstreamEpoch && endpoint.carriesEverything:
-                upstreamHead = max(upstreamHead, marker.revision)
-            case .heartbeat(let heartbeat):
-                // The last revision that concerns this relay: under its prefixes, when it has some.
-                let head = endpoint.carriesEverything ? heartbeat.headRevision
-                    : heartbeat.prefixes.filter { endpoint.prefixes.contains($0.prefix) }.map(\.revision).max() ?? upstreamHead
-                // A heartbeat queued before later diffs never moves the head back.
-                upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, head) : head
-                upstreamEpoch = heartbeat.epoch
-                heartbeatInterval = UInt64(max(heartbeat.intervalMs, 10))
-                if heartbeat.instance != upstreamInstance {
-                    // The upstream restarted: a fetch sent to the old one is not answered.
-                    if upstreamInstance != 0, let pending = fetch {
-                        core.complete(pending.fetch, with: nil)
-                        fetch = nil
-                    }
-                    upstreamInstance = heartbeat.instance
-                }
-            default:
-                break
-            }
-            core.receive(publication)
+            for publication in publications { take(publication) }
         }
+    }
+
+    /// Notes what `publication` says of the upstream's head, epoch and instance, and hands it to the core.
+    private func take(_ publication: WireClient.Publication) {
+        switch publication {
+        case .diff(let diff) where diff.epoch == upstreamEpoch:
+            upstreamHead = max(upstreamHead, diff.event.revision)
+        case .commit(let marker) where marker.epoch == upstreamEpoch && endpoint.carriesEverything:
+            upstreamHead = max(upstreamHead, marker.revision)
+        case .heartbeat(let heartbeat):
+            // The last revision that concerns this relay: under its prefixes, when it has some.
+            let head = endpoint.carriesEverything ? heartbeat.headRevision
+                : heartbeat.prefixes.filter { endpoint.prefixes.contains($0.prefix) }.map(\.revision).max() ?? upstreamHead
+            // A heartbeat queued before later diffs never moves the head back.
+            upstreamHead = heartbeat.epoch == upstreamEpoch ? max(upstreamHead, head) : head
+            upstreamEpoch = heartbeat.epoch
+            heartbeatInterval = UInt64(max(heartbeat.intervalMs, 10))
+            setBundled(heartbeat.bundles)
+            if heartbeat.instance != upstreamInstance {
+                // The upstream restarted: a fetch sent to the old one is not answered.
+                if upstreamInstance != 0, let pending = fetch {
+                    core.complete(pending.fetch, with: nil)
+                    fetch = nil
+                }
+                upstreamInstance = heartbeat.instance
+            }
+        default:
+            break
+        }
+        core.receive(publication)
+    }
+
+    /// Moves the prefixes' subscriptions to their bundles or back (PROTOCOL.md §5.4): each old
+    /// one goes first; a group missed in between is repaired, one received twice applied once.
+    private func setBundled(_ on: Bool) {
+        guard on != bundled else { return }
+        for prefix in endpoint.prefixes { try? subscriber.unsubscribe(WireTopic.subscription(to: prefix, bundled: bundled)) }
+        bundled = on
+        for prefix in endpoint.prefixes { try? subscriber.subscribe(WireTopic.subscription(to: prefix, bundled: bundled)) }
+        logger.info("following the upstream's \(on ? "bundles" : "diffs, one message each")")
     }
 
     private func drainReplies(into events: inout [UpstreamEvent]) {

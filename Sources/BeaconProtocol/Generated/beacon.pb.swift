@@ -366,7 +366,22 @@ public nonisolated struct Beacon_V1_Diff: Sendable {
   fileprivate var _event: Beacon_V1_Event? = nil
 }
 
-/// Topic "!c". Published after the last Diff of a revision with more than one change.
+/// Topic "#" + prefix + "#", for subscribers of that exact topic (PROTOCOL.md §5.4): the diffs of
+/// one group commit under the prefix, in order, each as it is published on its key's topic.
+public nonisolated struct Beacon_V1_Bundle: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var diffs: [Beacon_V1_Diff] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Topic "!c". Published for a revision with more than one change, after the diffs and bundles of
+/// its group commit.
 public nonisolated struct Beacon_V1_CommitMarker: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -432,6 +447,9 @@ public nonisolated struct Beacon_V1_Heartbeat: Sendable {
   public var hasUpstream: Bool {self._upstream != nil}
   /// Clears the value of `upstream`. Subsequent reads from it will return its default value.
   public mutating func clearUpstream() {self._upstream = nil}
+
+  /// this daemon publishes Bundles (PROTOCOL.md §5.4)
+  public var bundles: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1272,6 +1290,9 @@ public nonisolated struct Beacon_V1_PingReply: Sendable {
   /// Clears the value of `upstream`. Subsequent reads from it will return its default value.
   public mutating func clearUpstream() {self._upstream = nil}
 
+  /// this daemon publishes Bundles (PROTOCOL.md §5.4)
+  public var bundles: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2097,6 +2118,36 @@ nonisolated extension Beacon_V1_Diff: SwiftProtobuf.Message, SwiftProtobuf._Mess
   }
 }
 
+nonisolated extension Beacon_V1_Bundle: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Bundle"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}diffs\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.diffs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.diffs.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.diffs, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beacon_V1_Bundle, rhs: Beacon_V1_Bundle) -> Bool {
+    if lhs.diffs != rhs.diffs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beacon_V1_CommitMarker: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CommitMarker"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}revision\0\u{1}parts\0\u{1}marks\0")
@@ -2179,7 +2230,7 @@ nonisolated extension Beacon_V1_PrefixHead: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Heartbeat"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}interval_ms\0\u{3}timestamp_ms\0\u{1}prefixes\0\u{1}upstream\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}interval_ms\0\u{3}timestamp_ms\0\u{1}prefixes\0\u{1}upstream\0\u{1}bundles\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2195,6 +2246,7 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.timestampMs) }()
       case 7: try { try decoder.decodeRepeatedMessageField(value: &self.prefixes) }()
       case 8: try { try decoder.decodeSingularMessageField(value: &self._upstream) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.bundles) }()
       default: break
       }
     }
@@ -2229,6 +2281,9 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
     try { if let v = self._upstream {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     } }()
+    if self.bundles != false {
+      try visitor.visitSingularBoolField(value: self.bundles, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2241,6 +2296,7 @@ nonisolated extension Beacon_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.timestampMs != rhs.timestampMs {return false}
     if lhs.prefixes != rhs.prefixes {return false}
     if lhs._upstream != rhs._upstream {return false}
+    if lhs.bundles != rhs.bundles {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3563,7 +3619,7 @@ nonisolated extension Beacon_V1_Error.Code: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PingReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}protocol_version\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}heartbeat_interval_ms\0\u{3}daemon_version\0\u{1}upstream\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}protocol_version\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}heartbeat_interval_ms\0\u{3}daemon_version\0\u{1}upstream\0\u{1}bundles\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3579,6 +3635,7 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
       case 6: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
       case 7: try { try decoder.decodeSingularStringField(value: &self.daemonVersion) }()
       case 8: try { try decoder.decodeSingularMessageField(value: &self._upstream) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.bundles) }()
       default: break
       }
     }
@@ -3613,6 +3670,9 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
     try { if let v = self._upstream {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     } }()
+    if self.bundles != false {
+      try visitor.visitSingularBoolField(value: self.bundles, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3625,6 +3685,7 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
     if lhs.daemonVersion != rhs.daemonVersion {return false}
     if lhs._upstream != rhs._upstream {return false}
+    if lhs.bundles != rhs.bundles {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
