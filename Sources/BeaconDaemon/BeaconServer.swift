@@ -492,10 +492,10 @@ public final class BeaconServer: @unchecked Sendable {
                     // Whatever they bring is read every pass (serviceUpstream).
                     _ = poller.add(link.dealer)
                     _ = poller.add(link.subscriber)
-                    _ = poller.add(link.handshakeEvents)
+                    _ = poller.add(link.handshakeEvents.reader)
                 }
                 monitors = Array(connections.monitors.keys)
-                monitorIndices = monitors.map { poller.add(connections.monitors[$0]!) }
+                monitorIndices = monitors.map { poller.add(connections.monitors[$0]!.reader) }
                 polledGeneration = publisher.generation
             }
             do {

@@ -73,7 +73,7 @@ public final class WireClient {
     private var nextID: UInt64 = 1
     private let requestPoller = ZMQPoller()
     /// Reports handshake failures of the request socket: the daemon refusing this peer.
-    private let handshakeEvents: ZMQSocket
+    private let handshakeEvents: ZMQMonitor
     private let curve: CurveCredentials?
     /// Set once the daemon refused this client's connection.
     private var refused: WireError?
@@ -101,7 +101,7 @@ public final class WireClient {
             throw WireError(error)
         }
         requestPoller.add(dealer)
-        requestPoller.add(handshakeEvents)
+        requestPoller.add(handshakeEvents.reader)
     }
 
     /// Connects to the daemon whose sockets are in `runtimeDirectory`.
@@ -130,7 +130,7 @@ public final class WireClient {
         do {
             try dealer.send(ZMQMessage(bytes: rawBody))
         } catch where error.wouldBlock {
-            if let event = try? handshakeEvents.receiveMonitorEvent(flags: .dontWait) { throw refusal(event) }
+            if let event = try? handshakeEvents.receiveEvent(flags: .dontWait) { throw refusal(event) }
             throw WireError(kind: .timeout, message: "the request to \(requestEndpoint) could not be queued within 10 s "
                 + "(daemon unreachable, refusing this peer, or not reading)")
         } catch {
@@ -147,7 +147,7 @@ public final class WireClient {
                 guard try requestPoller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
                 frames = try dealer.receiveMessage(flags: .dontWait)
             }
-            if frames == nil, let event = try handshakeEvents.receiveMonitorEvent(flags: .dontWait) {
+            if frames == nil, let event = try handshakeEvents.receiveEvent(flags: .dontWait) {
                 throw refusal(event)
             }
             guard let frames else { return nil }

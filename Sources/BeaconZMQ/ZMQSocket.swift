@@ -41,6 +41,8 @@ public final class ZMQSocket {
     public let context: ZMQContext
     /// The socket's type.
     public let type: ZMQSocketType
+    /// Whether libzmq reports this socket's events to a ``ZMQMonitor``; stopped before closing.
+    var isReportingEvents = false
 
     /// Creates a socket of `type` in `context`, with linger set to `linger` milliseconds.
     /// - Throws: ``ZMQError`` when the context is terminated or out of sockets.
@@ -59,6 +61,9 @@ public final class ZMQSocket {
     /// Closes the socket; unsent messages are kept for the linger period. Idempotent.
     public func close() {
         guard let handle else { return }
+        // Events of the connections that linger after the close would go to a monitor that may
+        // be closed meanwhile, and block libzmq's I/O thread: stop reporting them first.
+        stopReportingEvents()
         zmq_close(handle)
         self.handle = nil
     }

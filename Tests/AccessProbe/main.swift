@@ -29,6 +29,7 @@ import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
 import Foundation
+import Synchronization
 
 var arguments = CommandLine.arguments.dropFirst()
 var runtimeDirectory: String?
@@ -49,6 +50,8 @@ var unreadLists = 0
 var listsPerBatch = 8
 var connectionCount = 1
 var stopWhenSubscribed = false
+var churnMilliseconds = 0
+var churnSteps: String?
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -72,6 +75,8 @@ while let argument = arguments.popFirst() {
     case "--lists-per-batch": listsPerBatch = Int(arguments.popFirst() ?? "") ?? 8
     case "--connections": connectionCount = Int(arguments.popFirst() ?? "") ?? 1
     case "--stop-when-subscribed": stopWhenSubscribed = true
+    case "--churn-publish": churnMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
+    case "--churn-steps": churnSteps = arguments.popFirst()
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -83,28 +88,64 @@ func emit(_ line: String) {
     FileHandle.standardOutput.write((line + "\n").data(using: .utf8)!)
 }
 
-if holdConnections > 0 {
-    var limits = rlimit()
-    getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
-    limits.rlim_cur = limits.rlim_max
-    setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
-    let path = (runtimeDirectory ?? "") + "/" + WireEndpoint.requestSocketName
+/// A unix socket address for `path`.
+func unixAddress(_ path: String) -> sockaddr_un {
     var address = sockaddr_un()
     address.sun_family = sa_family_t(AF_UNIX)
     withUnsafeMutableBytes(of: &address.sun_path) { buffer in
         for (index, byte) in path.utf8.prefix(buffer.count - 1).enumerated() { buffer[index] = byte }
     }
+    return address
+}
+
+/// Connects a plain stream socket to `address`; returns its descriptor, or nil.
+func connectPlain(_ address: sockaddr_un) -> Int32? {
+    var address = address
+    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+    guard connected == 0 else {
+        close(fd)
+        return nil
+    }
+    return fd
+}
+
+if churnMilliseconds > 0 {
+    let address = unixAddress((runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName)
+    let end = Date().addingTimeInterval(Double(churnMilliseconds) / 1000)
+    let stopFile = (churnSteps ?? "/nonexistent") + "/stop"
+    let churned = Mutex(0)
+    let threads = (0..<2).map { _ in
+        Thread {
+            var count = 0
+            while Date() < end && !FileManager.default.fileExists(atPath: stopFile) {
+                if let fd = connectPlain(address) {
+                    close(fd)
+                    count += 1
+                }
+            }
+            churned.withLock { $0 += count }
+        }
+    }
+    emit("READY")
+    threads.forEach { $0.start() }
+    while threads.contains(where: { !$0.isFinished }) { Thread.sleep(forTimeInterval: 0.05) }
+    emit("CHURNED \(churned.withLock { $0 })")
+    exit(0)
+}
+
+if holdConnections > 0 {
+    var limits = rlimit()
+    getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
+    limits.rlim_cur = limits.rlim_max
+    setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
+    let address = unixAddress((runtimeDirectory ?? "") + "/" + WireEndpoint.requestSocketName)
     var held: [Int32] = []
     for _ in 0..<holdConnections {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { break }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        if connected != 0 {
-            close(fd)
-            break
-        }
+        guard let fd = connectPlain(address) else { break }
         held.append(fd)
     }
     emit("HELD \(held.count)")

@@ -79,11 +79,14 @@ final class DaemonProcess {
 
     var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Sends `signal` and waits for the process to exit; returns its status.
+    /// Sends `signal` and waits for the process to exit; returns its status. A daemon that has
+    /// not exited 30 s later is killed (and the test fails): a test never waits on it for ever.
     @discardableResult
     func stop(signal: Int32 = SIGTERM) -> Int32 {
         if process.isRunning { kill(process.processIdentifier, signal) }
-        process.waitUntilExit()
+        if !process.waitUntilExit(orKillAfterSeconds: 30) {
+            Issue.record("beacond did not exit within 30 s of signal \(signal); killed: \(stderr.suffix(2000))")
+        }
         return process.terminationStatus
     }
 
@@ -123,6 +126,18 @@ let canMountTmpfs: Bool = {
 private let spawnLock = NSLock()
 
 extension Process {
+    /// Waits for the process to exit; kills it (SIGKILL) if it has not after `seconds`.
+    /// - Returns: whether it exited by itself.
+    @discardableResult
+    func waitUntilExit(orKillAfterSeconds seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        let exited = !isRunning
+        if !exited { kill(processIdentifier, SIGKILL) }
+        waitUntilExit()
+        return exited
+    }
+
     /// `run()`, one spawn at a time across the test process.
     func runSerially() throws {
         try spawnLock.withLock { try run() }

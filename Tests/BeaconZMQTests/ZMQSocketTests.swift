@@ -96,12 +96,12 @@ struct ZMQSocketTests {
         let router = try ZMQSocket(context, type: .router)
         let events = try router.monitor(events: [.listening, .accepted], name: "monitor-\(UUID().uuidString)")
         try router.bind("ipc://\(dir)/mon")
-        let listening = try #require(try events.receiveMonitorEvent())
+        let listening = try #require(try events.receiveEvent())
         #expect(listening.kind == .listening)
         #expect(listening.endpoint == "ipc://\(dir)/mon")
         let dealer = try ZMQSocket(context, type: .dealer)
         try dealer.connect("ipc://\(dir)/mon")
-        let accepted = try #require(try events.receiveMonitorEvent())
+        let accepted = try #require(try events.receiveEvent())
         #expect(accepted.kind == .accepted)
     }
 

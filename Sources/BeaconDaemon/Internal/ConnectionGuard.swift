@@ -9,8 +9,8 @@ import Glibc
 /// leaves the descriptor to libzmq: it sees the end of the stream and closes it itself).
 final class ConnectionGuard {
     private(set) var ledger: ConnectionLedger
-    /// The monitor PAIR socket of each watched socket, polled by the loop.
-    private(set) var monitors: [ConnectionLedger.Socket: ZMQSocket] = [:]
+    /// The monitor of each watched socket, whose reader the loop polls.
+    private(set) var monitors: [ConnectionLedger.Socket: ZMQMonitor] = [:]
 
     /// A connection shed, for the log.
     struct Shed {
@@ -30,7 +30,7 @@ final class ConnectionGuard {
 
     /// Stops watching the socket of `role` and forgets its connections (it is being closed).
     func stopWatching(_ role: ConnectionLedger.Socket) {
-        monitors.removeValue(forKey: role)?.close()
+        monitors.removeValue(forKey: role)?.stop()
         ledger.forgetAll(on: role)
     }
 
@@ -42,7 +42,7 @@ final class ConnectionGuard {
     func drain(_ role: ConnectionLedger.Socket, closed: (Int32) -> Void = { _ in }) -> [Shed] {
         guard let events = monitors[role] else { return [] }
         var shed: [Shed] = []
-        while let event = try? events.receiveMonitorEvent(flags: .dontWait) {
+        while let event = try? events.receiveEvent(flags: .dontWait) {
             let fd = Int32(bitPattern: event.value)
             if event.kind.contains(.accepted) {
                 closed(fd)

@@ -79,7 +79,7 @@ final class UpstreamLink {
     let dealer: ZMQSocket
     let subscriber: ZMQSocket
     /// Reports the request socket's failed security handshakes: the upstream refusing this relay.
-    let handshakeEvents: ZMQSocket
+    let handshakeEvents: ZMQMonitor
     private var lastHandshakeLog: UInt64 = 0
     private var core: FollowerCore
     private var nextID: UInt64 = 1
@@ -142,7 +142,7 @@ final class UpstreamLink {
     func close() {
         dealer.close()
         subscriber.close()
-        handshakeEvents.close()
+        handshakeEvents.stop()
     }
 
     private static func now() -> UInt64 { MonotonicTime.now().milliseconds }
@@ -181,7 +181,7 @@ final class UpstreamLink {
 
     /// Logs (every 10 s at most) that the upstream refuses this relay: libzmq retries by itself.
     private func drainHandshakeFailures() {
-        while let event = try? handshakeEvents.receiveMonitorEvent(flags: .dontWait) {
+        while let event = try? handshakeEvents.receiveEvent(flags: .dontWait) {
             let now = Self.now()
             guard now >= lastHandshakeLog + 10_000 || lastHandshakeLog == 0 else { continue }
             lastHandshakeLog = now

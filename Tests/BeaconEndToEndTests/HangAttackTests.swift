@@ -1,0 +1,74 @@
+import BeaconProtocol
+import BeaconWire
+import Foundation
+import Testing
+
+extension AccessTests {
+    /// Opening the publish socket anew (a reload that changes the rules) closed the reader of its
+    /// connection monitor before the old socket was gone. A connection accepted or dropped in that
+    /// window made libzmq's I/O thread send an event to a monitor nobody read, and block there for
+    /// good: every socket of the daemon stopped while its loop went on. A user no rule admits only
+    /// has to open and close connections while an administrator reloads.
+    @Test("Connections churned by a user no rule admits, during reloads that reopen the publish socket, never hang the daemon",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func connectionChurnDuringReloadsNeverHangsTheDaemon() throws {
+        let me = "allow = uid:\(getuid()) read=* write=*"
+        let (daemon, dir) = try startDaemon([me])
+        defer { daemon.stop() }
+        let steps = dir + "/churn"
+        try FileManager.default.createDirectory(atPath: steps, withIntermediateDirectories: true)
+        chmod(steps, 0o777)
+        let probe = try AccessProbe(directory: dir)
+        let churn = try probe.launch(identity: ["--reuid=5002", "--regid=5002"],
+                                     ["--runtime-dir", daemon.runtimeDirectory, "--churn-publish", "120000", "--churn-steps", steps])
+        defer {
+            _ = FileManager.default.createFile(atPath: steps + "/stop", contents: nil)
+            churn.process.waitUntilExit(orKillAfterSeconds: 10)
+        }
+        try #require(waitForLine("READY", inFile: churn.outputPath, while: churn.process), "the churning peer started")
+        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let config = dir + "/beacond.conf"
+        for round in 0..<Self.churnRounds {
+            // Rules that differ every round: each reload opens the publish socket anew.
+            try ["socket_mode = 0666", me, "allow = uid:\(60_000 + round) read=app."]
+                .joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            // The reload reopened the publish socket (it says so in its log); then it must answer.
+            let reopened = waitUntil(seconds: 10) { daemon.stderr.components(separatedBy: "publish socket opened anew").count > round + 1 }
+            do {
+                _ = try client.ping(timeoutMilliseconds: 5000)
+            } catch {
+                Issue.record("round \(round): the daemon stopped answering (\(error))")
+                return
+            }
+            try #require(reopened, "round \(round): the reload did not reopen the publish socket: \(daemon.stderr.suffix(1000))")
+        }
+        let stats = try client.stats()
+        #expect(stats.requestConnections >= 1, "the daemon still counts its connections")
+    }
+
+    /// Reloads per run: before the fix the first one hung the daemon (3 runs of 3).
+    static let churnRounds = 200
+}
+
+/// Checks `condition` until it holds or `seconds` pass; returns whether it held.
+func waitUntil(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.005)
+    }
+    return try condition()
+}
+
+/// Waits until the file at `path` has the line `line`, while `process` runs (30 s at most).
+func waitForLine(_ line: String, inFile path: String, while process: Process) -> Bool {
+    let deadline = Date().addingTimeInterval(30)
+    while Date() < deadline {
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        if text.split(separator: "\n").contains(Substring(line)) { return true }
+        if !process.isRunning { return false }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    return false
+}
