@@ -78,6 +78,8 @@ public final class BeaconServer: @unchecked Sendable {
     var zap: ZMQSocket?
     /// Connections to the request and publish sockets, per peer and in all; sheds those over a limit.
     var connections: ConnectionGuard!
+    /// With systemd's watchdog on: proof that libzmq still moves messages, asked before each `WATCHDOG=1`.
+    var servingProbe: ServingProbe?
     /// Recent write and publication rates, for `Stats`.
     var writeRate = RateMeter()
     var publicationRate = RateMeter()
@@ -256,7 +258,16 @@ public final class BeaconServer: @unchecked Sendable {
         "revision \(store.headRevision), \(store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
             + "\(Int(writesPerSecond.rounded())) writes/s, journal \(pipeline.sizeInBytes / 1024) KiB"
             + (readOnlyUntil > .now() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
+            + servingStatus
             + relayStatusLine
+    }
+
+    /// What the status line says when libzmq has moved no message for more than a watchdog interval.
+    private var servingStatus: String {
+        guard let servingProbe, let interval = notifier?.watchdogInterval else { return "" }
+        let silent = servingProbe.lastArrival.milliseconds(until: .now())
+        return silent > UInt64(interval.components.seconds * 1000) + UInt64(interval.components.attoseconds / 1_000_000_000_000_000)
+            ? ", NOT SERVING: libzmq has moved no message for \(silent / 1000) s" : ""
     }
 
     /// Waits until the loop has finished and everything is closed.
@@ -348,6 +359,10 @@ public final class BeaconServer: @unchecked Sendable {
             try openPublisher(context)
             step = "monitoring the sockets"
             try connections.watch(router, as: .requests, name: "beacond-requests-\(UInt64.random(in: 0 ... .max))")
+            if notifier?.watchdogInterval != nil {
+                step = "opening the watchdog's probe"
+                servingProbe = try ServingProbe(context: context, path: config.runtimeDirectory + "/beacond.probe", now: .now())
+            }
         } catch {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
@@ -457,7 +472,7 @@ public final class BeaconServer: @unchecked Sendable {
             logger.warning("the loop could not join libzmq's I/O thread on its CPU", metadata: ["error": "\(error)"])
         }
         var poller = ZMQPoller()
-        var routerIndex = 0, publisherIndex = 0, wakeIndex = 0, zapIndex = 0
+        var routerIndex = 0, publisherIndex = 0, wakeIndex = 0, zapIndex = 0, probeIndex = -1
         var monitors: [ConnectionLedger.Socket] = []
         var monitorIndices: [Int] = []
         var polledGeneration = -1
@@ -488,6 +503,7 @@ public final class BeaconServer: @unchecked Sendable {
                 publisherIndex = poller.add(publisher.socket)
                 wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
                 zapIndex = poller.add(zap!)
+                if let servingProbe { probeIndex = poller.add(servingProbe.pollable) }
                 if let link = relay?.link {
                     // Whatever they bring is read every pass (serviceUpstream).
                     _ = poller.add(link.dealer)
@@ -510,6 +526,7 @@ public final class BeaconServer: @unchecked Sendable {
                 drainConnections(monitor)
             }
             if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
+            if probeIndex >= 0, poller.readyEvents(probeIndex).contains(.readable) { servingProbe?.drain(now: now) }
             completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
             servedRequests = poller.readyEvents(routerIndex).contains(.readable)
@@ -530,7 +547,12 @@ public final class BeaconServer: @unchecked Sendable {
                     compactByPolicy()
                     timers.schedule(.compaction, at: after.adding(milliseconds: live.compactionIntervalSeconds * 1000))
                 case .watchdog:
-                    notifier?.watchdog()
+                    if servingProbe?.tick(now: after) ?? true {
+                        notifier?.watchdog()
+                    } else if let held = logThrottle.admit("watchdog.withheld", now: after) {
+                        logger.critical("libzmq has stopped moving messages: no WATCHDOG=1 until it does (systemd restarts the daemon)",
+                                        metadata: ["held.back": "\(held)"])
+                    }
                     timers.schedule(.watchdog, at: after.adding(milliseconds: max((watchdogMilliseconds ?? 0) / 2, 1)))
                 case .status:
                     let rate = Double(counters.writes - writesAtLastStatus) / 2
@@ -564,6 +586,7 @@ public final class BeaconServer: @unchecked Sendable {
         flushWrites()
         backups.removeAll()
         connections.close()
+        servingProbe?.close()
         router.close()
         publisher.close()
         zap?.close()

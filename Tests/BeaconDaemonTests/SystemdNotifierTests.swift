@@ -1,6 +1,9 @@
-import BeaconDaemon
+@testable import BeaconDaemon
 import BeaconTestSupport
+import BeaconWire
+import BeaconZMQ
 import Foundation
+import Logging
 import Testing
 
 /// A datagram socket in systemd's place; returns every notification that arrives until none
@@ -16,16 +19,18 @@ private final class DatagramSink {
 
     deinit { close(fd) }
 
-    func drain(quiet milliseconds: Int) -> [String] {
-        var timeout = timeval(tv_sec: 0, tv_usec: Int(milliseconds) * 1000)
+    /// Reads notifications until none has come for `quiet` milliseconds (0: none is waiting), or `limit` came.
+    func drain(quiet milliseconds: Int, limit: Int = .max) -> [String] {
+        var timeout = timeval(tv_sec: 0, tv_usec: max(Int(milliseconds), 1) * 1000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var messages: [String] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = recv(fd, &buffer, buffer.count, 0)
+        while messages.count < limit {
+            let count = recv(fd, &buffer, buffer.count, milliseconds == 0 ? Int32(MSG_DONTWAIT) : 0)
             guard count > 0 else { return messages }
             messages.append(String(decoding: buffer[0..<count], as: UTF8.self))
         }
+        return messages
     }
 }
 
@@ -62,4 +67,76 @@ struct SystemdNotifierTests {
         #expect(afterFailure.count >= 1 && afterFailure.count <= 3, "\(afterFailure)")
         #expect(afterFailure.allSatisfy { $0.contains("STATUS=opening (") })
     }
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct WatchdogTests {
+    /// The watchdog proved only that the loop ran: with libzmq's I/O thread blocked for good (as a
+    /// monitor nobody read once made it), `WATCHDOG=1` kept arriving while no request was answered.
+    @Test func aDaemonWhoseIOThreadIsStuckWithholdsTheWatchdog() async throws {
+        let directory = try temporaryDirectory()
+        let sink = try DatagramSink(directory: directory)
+        var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
+        configuration.heartbeatIntervalMilliseconds = 100
+        let server = try BeaconServer(configuration: configuration, logger: Logger(label: "watchdog-test") { _ in SwiftLogNoOpLogHandler() })
+        server.notifier = try #require(SystemdNotifier(environment: ["NOTIFY_SOCKET": sink.path, "WATCHDOG_USEC": "200000"]))
+        try server.start()
+        var messages: [String] = []
+        /// Reads notifications until one satisfies `condition` (10 s at most); returns those read.
+        func readUntil(_ condition: (String) -> Bool) -> [String] {
+            var read: [String] = []
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline {
+                let next = sink.drain(quiet: 50, limit: 1)
+                read += next
+                if next.contains(where: condition) { break }
+            }
+            messages += read
+            return read
+        }
+        for _ in 0..<3 {
+            #expect(readUntil { $0 == "WATCHDOG=1" }.contains("WATCHDOG=1"), "a serving daemon sends WATCHDOG=1: \(messages)")
+        }
+
+        // Block libzmq's I/O thread: a socket of the daemon's context reports connections to a
+        // monitor whose reader is gone (libzmq notices the reader gone after an event or a few).
+        let stalled = try ZMQSocket(try #require(server.context), type: .pull)
+        let monitor = try stalled.monitor(events: [.accepted, .disconnected], name: "watchdog-stall-\(UInt64.random(in: 0 ... .max))")
+        monitor.reader.close()
+        let stallPath = directory + "/stall"
+        try stalled.bind("ipc://" + stallPath)
+        let client = try WireClient(runtimeDirectory: configuration.runtimeDirectory)
+        var stuck = false
+        for _ in 0..<200 where !stuck {
+            connectAndClose(unixSocketAt: stallPath)
+            stuck = (try? client.ping(timeoutMilliseconds: 1000)) == nil
+        }
+        try #require(stuck, "the I/O thread is blocked: requests go unanswered")
+
+        // The loop goes on: STATUS= every 2 s says that it does not serve, and no WATCHDOG=1 comes.
+        let untilNoticed = readUntil { $0.contains("NOT SERVING") }
+        #expect(untilNoticed.contains { $0.contains("NOT SERVING: libzmq has moved no message") }, "\(untilNoticed)")
+        let whileStuck = readUntil { $0.hasPrefix("STATUS=") }
+        #expect(whileStuck.last?.contains("NOT SERVING") == true, "\(whileStuck)")
+        #expect(!whileStuck.contains("WATCHDOG=1"), "no WATCHDOG=1 while nothing moves: \(whileStuck)")
+        // libzmq cannot be unblocked from here, nor the stalled socket closed (that waits for the
+        // blocked thread): the daemon is left as systemd would find it, until the test process ends.
+        _ = Unmanaged.passRetained(monitor)
+        _ = Unmanaged.passRetained(stalled)
+    }
+}
+
+/// Connects a plain stream socket to the unix socket at `path` and closes it at once.
+private func connectAndClose(unixSocketAt path: String) {
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+        for (index, byte) in path.utf8.prefix(buffer.count - 1).enumerated() { buffer[index] = byte }
+    }
+    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return }
+    _ = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+    close(fd)
 }
