@@ -84,7 +84,7 @@ let package = Package(
                           path: "Tests/AccessProbe"),
 
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
-        .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ"]),
+        .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ", "BeaconTestSupport"]),
         .testTarget(name: "BeaconWireTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconTestSupport"]),
         // What several test targets share (a seeded generator, systemd's notification socket).
         .target(name: "BeaconTestSupport", path: "Tests/BeaconTestSupport"),

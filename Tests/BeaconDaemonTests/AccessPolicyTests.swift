@@ -1,6 +1,8 @@
 @testable import BeaconDaemon
 import Testing
+import BeaconTestSupport
 
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct AccessPolicyTests {
     @Test func prefixSetsKeepOnlyTheOutermostPrefixes() {
         let set = PrefixSet(["app.x.", "app.", "net.wifi", "app."])

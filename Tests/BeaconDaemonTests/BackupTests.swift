@@ -4,10 +4,11 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// `Backup` copies the journal in steps between the loop's other work: other clients are
 /// served, and write, while the copy is made, and the copy holds exactly the revision it names.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct BackupTests {
     /// A journal of about 48 MiB: 48 values of 1,000,000 random bytes (which SQLite cannot
     /// share between pages).

@@ -3,8 +3,9 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct BadInputTests {
     @Test func everyBadRequestGetsItsErrorAndChangesNothing() async throws {
         let daemon = try TestDaemon()

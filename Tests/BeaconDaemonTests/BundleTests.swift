@@ -4,9 +4,10 @@ import BeaconWire
 import BeaconZMQ
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// Bundles (proto/PROTOCOL.md §5.4): a group commit's diffs under a prefix in one message.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct BundleTests {
     /// Everything a subscriber received, in order, until a heartbeat at `revision` or later (it
     /// comes after every publication of that revision).

@@ -1,7 +1,8 @@
 @testable import BeaconDaemon
 import Testing
+import BeaconTestSupport
 
-@Suite("Connection ledger: connections per peer and in all")
+@Suite("Connection ledger: connections per peer and in all", .offThePool, .timeLimit(.minutes(3)))
 struct ConnectionLedgerTests {
     @Test("A peer at its limit is shed; others, and root, still get in; a close makes room again")
     func perPeerLimit() {

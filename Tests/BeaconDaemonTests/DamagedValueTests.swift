@@ -3,9 +3,11 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// Stored value bytes that no longer decode (a damaged journal) used to be answered as an empty
 /// value, silently. Now every read path answers `INTERNAL` naming the key, and the rest still works.
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct DamagedValueTests {
     @Test("A stored value that does not decode is an INTERNAL error on get, list, snapshot, delta and history",
           .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3"), "needs the sqlite3 shell"))

@@ -1,8 +1,10 @@
 @testable import BeaconDaemon
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// The ids a relay sends upstream for its clients' write ids and sessions.
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct ForwardedIDsTests {
     @Test func sipHash128MatchesTheReferenceVectors() {
         // The reference implementation's first vectors (vectors.h, vectors_sip128): key

@@ -3,8 +3,9 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct OrderingTests {
     /// Large batches commit on the commit thread, small ones inline. A small batch staged while a
     /// large one commits must still be published and answered after it (a regression: it was

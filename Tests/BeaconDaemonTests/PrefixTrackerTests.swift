@@ -1,8 +1,9 @@
 @testable import BeaconDaemon
 import BeaconProtocol
 import Testing
+import BeaconTestSupport
 
-@Suite("Prefix tracker: marks and leases")
+@Suite("Prefix tracker: marks and leases", .offThePool, .timeLimit(.minutes(3)))
 struct PrefixTrackerTests {
     /// The prefixes marked for each change of one revision.
     static func marks(_ tracker: inout PrefixTracker, revision: UInt64, keys: [String]) -> [[String]] {

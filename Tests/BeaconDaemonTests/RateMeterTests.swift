@@ -1,6 +1,8 @@
 @testable import BeaconDaemon
 import Testing
+import BeaconTestSupport
 
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct RateMeterTests {
     @Test func theRateIsTheCounterGrowthAcrossTheWindow() {
         var meter = RateMeter(windowMilliseconds: 5000)

@@ -1,10 +1,12 @@
 @testable import BeaconDaemon
 import BeaconZMQ
 import Testing
+import BeaconTestSupport
 
 /// ``ReplyFlows`` alone, playing libzmq: replies handed are held until the test lets go of them.
 /// What is handed, what waits, in which order it leaves, and which connection is closed when a
 /// bound is passed.
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct ReplyFlowsTests {
     static let limits = ReplyFlows.Limits(perConnection: 1000, perPeer: 1500, total: 2500, handOff: 100, trackedBytes: 10)
 

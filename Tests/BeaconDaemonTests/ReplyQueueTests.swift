@@ -2,7 +2,9 @@
 import BeaconProtocol
 import BeaconZMQ
 import Testing
+import BeaconTestSupport
 
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct ReplyQueueTests {
     /// What the queue released: the connection, the request id and the error code, if any.
     struct Sent: Equatable {

@@ -4,6 +4,7 @@ import BeaconWire
 import Foundation
 import Synchronization
 import Testing
+import BeaconTestSupport
 
 /// Writes from another thread until stopped; records every acknowledged revision.
 final class BackgroundWriter: @unchecked Sendable {
@@ -50,7 +51,7 @@ func follow(_ follower: PrefixFollower, through revision: UInt64, timeoutSeconds
     }
 }
 
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(.minutes(2)), .offThePool)
 struct SequencingTests {
     @Test func aLateJoinerEndsWithExactlyTheDaemonsStateWhileWritesFlow() async throws {
         let daemon = try TestDaemon()

@@ -4,6 +4,7 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// Renews a session every 200 ms from its own thread and connection (not the test's
 /// cooperative threads, which blocking tests can hold up for seconds) until stopped.
@@ -29,7 +30,7 @@ final class SessionRenewer: @unchecked Sendable {
     }
 }
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct SessionTests {
     private let session: [UInt8] = Array("writer-1".utf8)
 

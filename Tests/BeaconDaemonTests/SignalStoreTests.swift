@@ -6,6 +6,7 @@ import Testing
 /// The store against a plain dictionary model: puts, deletes, undo of whole batches, tombstone
 /// drops and prefix scans, in a seeded random order that exercises the hash index's growth and
 /// backward-shift deletion and the reuse of record numbers.
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct SignalStoreTests {
     /// What the store should hold for a key.
     struct Expected: Equatable {

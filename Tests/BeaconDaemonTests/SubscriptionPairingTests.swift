@@ -1,7 +1,9 @@
 @testable import BeaconDaemon
 import BeaconZMQ
 import Testing
+import BeaconTestSupport
 
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct SubscriptionPairingTests {
     @Test func aFrameThatIsNotASubscriptionPutsThePairingOutOfStepUntilADrainEmptiesTheQueue() {
         let subscribe = ZMQMessage(bytes: [1] + Array("app.".utf8))

@@ -36,7 +36,7 @@ private final class DatagramSink {
 
 private struct OpeningFailed: Error {}
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct SystemdNotifierTests {
     @Test func aSlowStartUpStepKeepsExtendingTheStartTimeoutUntilItEnds() throws {
         let sink = try DatagramSink(directory: try temporaryDirectory())
@@ -69,7 +69,7 @@ struct SystemdNotifierTests {
     }
 }
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct WatchdogTests {
     /// The watchdog proved only that the loop ran: with libzmq's I/O thread blocked for good (as a
     /// monitor nobody read once made it), `WATCHDOG=1` kept arriving while no request was answered.

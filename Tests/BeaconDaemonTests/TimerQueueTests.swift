@@ -1,6 +1,8 @@
 @testable import BeaconDaemon
 import Testing
+import BeaconTestSupport
 
+@Suite(.offThePool, .timeLimit(.minutes(3)))
 struct TimerQueueTests {
     static func at(_ milliseconds: UInt64) -> MonotonicTime { MonotonicTime(milliseconds: milliseconds) }
 

@@ -4,8 +4,9 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct WriteTests {
     @Test func anAcknowledgedWriteIsJournaledAndPublishedWithItsRevision() async throws {
         let daemon = try TestDaemon()
@@ -112,10 +113,12 @@ struct WriteTests {
     @Test func aKeyWithATTLExpiresAsAJournaledEvent() async throws {
         let daemon = try TestDaemon()
         let client = try daemon.client()
-        _ = try client.put("session.x", .int(1), ttlMilliseconds: 150)
+        _ = try client.put("session.x", .int(1), ttlMilliseconds: 2000)
         _ = try client.put("keep", .int(1))
         #expect(try client.get("session.x").expiresAtMs > 0)
-        try await Task.sleep(for: .milliseconds(400))
+        // Gone once the TTL has run out: waited for, not slept on.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while (try? client.get("session.x")) != nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         expectRejection(.notFound) { _ = try client.get("session.x") }
         let history = try client.history("session.x", exact: true)
         #expect(history.events.map(\.change.kind) == [.put, .expire])
@@ -168,7 +171,7 @@ struct WriteTests {
     }
 }
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct PipelineTests {
     @Test func pipelinedWritesThroughATinyBatchAreAllAnsweredInOrder() async throws {
         let daemon = try TestDaemon { $0.maxBatch = 4 }

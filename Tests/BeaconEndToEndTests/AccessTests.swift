@@ -3,6 +3,7 @@ import BeaconWire
 import BeaconZMQ
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// Runs `beacon-access-probe` (as another user when `identity` is given: `setpriv` arguments)
 /// and collects its lines. With `listening`, `whenReady` runs once its subscriptions are in place.
@@ -61,7 +62,7 @@ struct AccessProbe {
 /// Whether tests may run processes as other users: root, with setpriv.
 let canSwitchUsers = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
 
-@Suite("Access control with real processes under other identities", .serialized)
+@Suite("Access control with real processes under other identities", .serialized, .offThePool, .timeLimit(.minutes(3)))
 struct AccessTests {
     static let readOps = ["get", "list", "snapshot", "delta", "history", "history-key"]
 
@@ -294,7 +295,7 @@ struct AccessTests {
     }
 }
 
-@Suite("Fuzzing every socket")
+@Suite("Fuzzing every socket", .offThePool, .timeLimit(.minutes(3)))
 struct FuzzTests {
     @Test("150,000 random and mutated frames on every socket: no crash, every request answered, nothing guarded changed, memory bounded")
     func fuzzingEverySocket() throws {

@@ -2,6 +2,7 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// What a `beacon` run printed and how it ended.
 struct ToolRun {
@@ -78,7 +79,7 @@ final class Mutex2<Value>: @unchecked Sendable {
     func get() -> Value { lock.withLock { value } }
 }
 
-@Suite(.timeLimit(.minutes(3)))
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct CLITests {
     @Test func setGetListDeleteRoundTripAndJSONParsesBack() async throws {
         let dir = try temporaryDirectory()

@@ -4,9 +4,10 @@ import BeaconWire
 import Foundation
 import Synchronization
 import Testing
+import BeaconTestSupport
 
 /// The design brief's client guarantees under faults, with real daemon and client processes.
-@Suite(.timeLimit(.minutes(3)), .serialized)
+@Suite(.timeLimit(.minutes(3)), .serialized, .offThePool)
 struct ClientFaultTests {
     @Test func subscriberOverflowIsDetectedAndRepairedForAPrefixSubscriber() async throws {
         let dir = try temporaryDirectory()
@@ -96,21 +97,25 @@ struct ClientFaultTests {
                 try await Task.sleep(for: .milliseconds(100))
             }
         }
-        let total = 3000
+        let total = 6000
         let runtimeDirectory = daemon.runtimeDirectory
+        let written = Mutex(0)
         let writer = Thread {
             guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
             for i in 1...total {
                 _ = try? client.transaction(["a.x", "a.y"].map { key in
                     .with { $0.op = .put(.with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } }) }
                 })
+                written.withLock { $0 = i }
             }
         }
         writer.start()
-        for _ in 0..<3 {
-            try await Task.sleep(for: .milliseconds(150))
+        // Three freezes, each while 1,500 transactions go by: more than the kernel's socket buffer
+        // and the high-water mark hold, so publications are dropped whatever the machine's pace.
+        for freeze in 0..<3 {
+            _ = waitUntil(seconds: 60) { written.withLock { $0 } >= freeze * 2000 + 100 }
             kill(probe.process.processIdentifier, SIGSTOP)
-            try await Task.sleep(for: .milliseconds(600))
+            _ = waitUntil(seconds: 60) { written.withLock { $0 } >= freeze * 2000 + 1600 }
             kill(probe.process.processIdentifier, SIGCONT)
         }
         let deadline = ContinuousClock.now + .seconds(60)
@@ -273,7 +278,7 @@ struct ClientFaultTests {
 }
 
 /// The optional local journal: offline start and delta resume.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct LocalJournalTests {
     @Test func aClientStartedWhileTheDaemonIsDownShowsItsLastValuesThenResumesWithADelta() async throws {
         let dir = try temporaryDirectory()
@@ -343,7 +348,7 @@ extension LocalJournalTests {
 }
 
 /// Keys bound to a client's session: they live while the client does.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct ClientSessionTests {
     @Test func aSessionKeyOutlivesItsTimeoutWhileTheClientLivesAndGoesAfterKillNine() async throws {
         let dir = try temporaryDirectory()

@@ -3,8 +3,9 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(.minutes(2)), .offThePool)
 struct ClientTests {
     @Test func remoteSignalsComposeWithComputedAndEffect() async throws {
         let dir = try temporaryDirectory()

@@ -2,6 +2,7 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// Where Debian's libfaketime is (package `faketime`): it steps a process's wall clock while
 /// leaving its monotonic clock alone, as an NTP correction or a board without a real-time clock does.
@@ -9,7 +10,7 @@ let libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 /// Intervals, deadlines and rates run on the monotonic clock: a wall-clock step back or forward
 /// neither stops heartbeats or the watchdog, nor ends sessions or TTLs early, nor traps.
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(.minutes(2)), .offThePool)
 struct ClockStepTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment["BEACON_SANITIZED_RUN"] == nil,
                    "libfaketime and ThreadSanitizer both intercept the clock: an instrumented beacond does not start under it"))

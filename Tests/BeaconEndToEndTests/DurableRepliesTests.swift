@@ -2,11 +2,12 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// No reply reveals what a crash can take back (PROTOCOL.md §4.1): a refusal decided against
 /// writes still being journaled is released only once they are durable, so kill -9 the moment
 /// it arrives leaves the state it described, and no revision it named is given out again.
-@Suite(.timeLimit(.minutes(3)), .serialized)
+@Suite(.timeLimit(.minutes(3)), .serialized, .offThePool)
 struct DurableRepliesTests {
     @Test func aRefusalSurvivesKillNineTheMomentItArrives() throws {
         let dir = try temporaryDirectory()

@@ -2,6 +2,7 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// The repository root, from this file's path.
 private let repositoryRoot = URL(fileURLWithPath: #filePath)
@@ -14,7 +15,7 @@ private let pythonClientAvailable: Bool = {
         && runTool("/usr/bin/python3", ["-c", "import zmq, google.protobuf"]) == 0
 }()
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct InteropTests {
     @Test(.enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
     func aPythonClientWrittenFromProtoAloneWorks() throws {

@@ -5,6 +5,7 @@ import BeaconZMQ
 import Foundation
 import Synchronization
 import Testing
+import BeaconTestSupport
 
 /// Daemons on loopback tcp with CURVE: a primary, relays of it, and relays of relays.
 final class RelayCluster {
@@ -142,7 +143,7 @@ func expectWholeEffectRuns(_ probe: ProbeProcess, endingAt total: Int) async thr
 
 /// A relay is a daemon like any other to its clients: same epoch, revisions, versions and
 /// values as its upstream, live diffs and deltas, writes forwarded and read back through it.
-@Suite(.serialized, .enabled(if: ZMQCurveKeyPair.isSupported, "libzmq without CURVE"))
+@Suite(.serialized, .enabled(if: ZMQCurveKeyPair.isSupported, "libzmq without CURVE"), .offThePool, .timeLimit(.minutes(3)))
 struct RelayTests {
     /// Waits until `relay` shows everything `primary` has, under the same epoch.
     static func waitForMirror(_ relay: WireClient, of primary: WireClient, seconds: Double = 10) throws {

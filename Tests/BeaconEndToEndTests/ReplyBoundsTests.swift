@@ -4,6 +4,7 @@ import BeaconZMQ
 import Foundation
 import Synchronization
 import Testing
+import BeaconTestSupport
 
 /// A figure from `/proc/PID/status`, in bytes (`VmHWM`: the peak resident memory so far).
 func processMemory(of pid: Int32, _ field: String) throws -> Int {
@@ -50,7 +51,7 @@ func fillTwoMegabytes(_ client: WireClient, prefix: String) throws {
 /// Replies a peer never reads are bounded in bytes. The attack: batches of big `List`s on a
 /// connection that reads nothing made the daemon hold 300 MB. Now the connection is closed once
 /// its unread replies pass the bound, while other clients are served.
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(.minutes(2)), .offThePool)
 struct ReplyBoundsTests {
     @Test func aConnectionThatNeverReadsItsRepliesIsClosedWithinItsBound() throws {
         let (daemon, dir) = try daemonWithConfiguration("reply_buffer_bytes = 8388608")
@@ -130,7 +131,7 @@ extension AccessTests {
 /// reading while 1 MiB values are written made the daemon's memory grow from 29 MB to 1.6 GB in
 /// 15 s. Now the subscriber that does not read is closed once libzmq holds `publish_buffer_bytes`
 /// for it; one that reads is not.
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(.minutes(2)), .offThePool)
 struct SubscriberBoundsTests {
     @Test func aSubscriberThatNeverReadsIsClosedWithinTheBound() throws {
         let (daemon, dir) = try daemonWithConfiguration("publish_buffer_bytes = 33554432")

@@ -57,7 +57,7 @@ final class NotifyListener: @unchecked Sendable {
     }
 }
 
-@Suite(.timeLimit(.minutes(3)))
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct SystemdNotifyTests {
     @Test func aRelaysStatusNamesItsUpstreamTheLagAndAnUnreachableUpstream() async throws {
         let dir = try temporaryDirectory()

@@ -1,10 +1,11 @@
 import BeaconJournal
 import Foundation
 import Testing
+import BeaconTestSupport
 
 /// ``Journal/replaceContents(epoch:revision:entries:scope:)``: a relay's journal taking its upstream's
 /// state, then going on with the upstream's revisions.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct JournalMirrorTests {
     static let entries = [
         JournalEntry(key: "a.x", value: Array("x".utf8), version: 3, createRevision: 2, modRevision: 40,

@@ -1,8 +1,9 @@
 import BeaconJournal
 import Foundation
 import Testing
+import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct MirrorCacheTests {
     private func path() throws -> String {
         var template = Array("/tmp/bcache-XXXXXX".utf8CString)

@@ -4,6 +4,7 @@ import Foundation
 import SwiftProtobuf
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct BatchTests {
     private let requests: [Beacon_V1_Request] = [
         .with { $0.id = 7; $0.put = .with { $0.key = "a"; $0.value.intValue = 1 } },

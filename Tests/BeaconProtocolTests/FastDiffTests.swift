@@ -6,6 +6,7 @@ import Testing
 
 /// The subscriber's hand-written `Diff` reader must agree with SwiftProtobuf on every diff the
 /// daemon publishes, and step aside (return nil) on anything it does not know.
+@Suite(.timeLimit(.minutes(3)))
 struct FastDiffTests {
     static func randomValue(_ random: inout SplitMix64, depth: Int = 0) -> Beacon_V1_Value {
         switch random.next(depth > 1 ? 6 : 8) {
@@ -59,6 +60,7 @@ struct FastDiffTests {
 
 /// The hand-written reader of `Delta` and `History` pages must agree with SwiftProtobuf on every
 /// page the daemon writes, and step aside for any other reply.
+@Suite(.timeLimit(.minutes(3)))
 struct FastReplyTests {
     @Test func agreesWithSwiftProtobufOnWhatTheDaemonAnswers() throws {
         var random = SplitMix64(seed: 7)
@@ -100,6 +102,7 @@ struct FastReplyTests {
 
 /// The daemon's check of a stored value before it goes into a page as it is: every value it
 /// could have stored passes, and nothing passes that SwiftProtobuf would not decode.
+@Suite(.timeLimit(.minutes(3)))
 struct EncodedValueTests {
     @Test func acceptsEveryValueAndNothingADecoderRefuses() throws {
         var random = SplitMix64(seed: 11)

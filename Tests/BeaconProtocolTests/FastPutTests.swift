@@ -3,6 +3,7 @@ import Foundation
 import SwiftProtobuf
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct FastPutTests {
     private func parse(_ request: Beacon_V1_Request) throws -> FastPut? {
         let bytes: [UInt8] = try request.serializedBytes()

@@ -1,6 +1,7 @@
 import BeaconProtocol
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct KeyPathTests {
     @Test(arguments: ["a", "net.wifi.ssid", "A-b_c:d@e/f.0", String(repeating: "k", count: 256)])
     func acceptsValidKeys(_ key: String) {
@@ -42,6 +43,7 @@ struct KeyPathTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct ValueTests {
     @Test func aValueWithNoTypeIsMissing() {
         #expect(Beacon_V1_Value().problem() == .missing)
@@ -76,6 +78,7 @@ struct ValueTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct DiscoveryTests {
     @Test func clientsFindTheUserDaemonThenTheSystemOne() {
         let env = ["XDG_RUNTIME_DIR": "/run/user/1000"]

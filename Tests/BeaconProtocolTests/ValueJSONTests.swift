@@ -2,7 +2,7 @@ import BeaconProtocol
 import Foundation
 import Testing
 
-@Suite("ValueJSON: text that reads back as the same value, every type kept")
+@Suite("ValueJSON: text that reads back as the same value, every type kept", .timeLimit(.minutes(3)))
 struct ValueJSONTests {
     private func value(_ build: (inout Beacon_V1_Value) -> Void) -> Beacon_V1_Value {
         var value = Beacon_V1_Value()

@@ -4,6 +4,7 @@ import Foundation
 import SwiftProtobuf
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct WireEncoderTests {
     @Test func aHandEncodedDiffIsByteForByteWhatSwiftProtobufWrites() throws {
         let value = Beacon_V1_Value.with { $0.mapValue.entries = ["a": .with { $0.intValue = -3 }] }

@@ -5,6 +5,7 @@ import Testing
 /// The hand-written encoder's field numbers (``WireField``) against the code SwiftProtobuf
 /// generated from proto/beacon.proto: each message below sets exactly the named field, and its
 /// encoding must start with that field's number.
+@Suite(.timeLimit(.minutes(3)))
 struct WireFieldTableTests {
     /// The field number of the first tag in `bytes`.
     static func firstFieldNumber(_ bytes: [UInt8]) -> UInt64 {

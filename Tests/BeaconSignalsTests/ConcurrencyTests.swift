@@ -2,7 +2,7 @@ import Dispatch
 import Testing
 @testable import BeaconSignals
 
-@Suite("Threading: async values and the inbox")
+@Suite("Threading: async values and the inbox", .timeLimit(.minutes(3)))
 struct ConcurrencyTests {
     @Test("values() yields the current value, then every change, and ends on cancellation",
           .timeLimit(.minutes(1)))

@@ -1,7 +1,7 @@
 import Testing
 @testable import BeaconSignals
 
-@Suite("Core: the contract example")
+@Suite("Core: the contract example", .timeLimit(.minutes(3)))
 struct ContractTests {
     @Test("The issue's example prints c=9, c=7, c=5")
     func contractExample() {

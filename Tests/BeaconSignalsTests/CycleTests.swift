@@ -54,7 +54,7 @@ private struct SwitchableCycle {
     }
 }
 
-@Suite("Core: cycles among throwing computeds give .cycle, whoever watches them")
+@Suite("Core: cycles among throwing computeds give .cycle, whoever watches them", .timeLimit(.minutes(3)))
 struct CycleTests {
     @Test("A watched computed that starts reading itself gives .cycle, and its value once the switch is off")
     func watchedSelfRead() {

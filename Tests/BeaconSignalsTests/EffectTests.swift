@@ -1,7 +1,7 @@
 import Testing
 @testable import BeaconSignals
 
-@Suite("Core: effects, scopes, errors and cycles")
+@Suite("Core: effects, scopes, errors and cycles", .timeLimit(.minutes(3)))
 struct EffectTests {
     @Test("A cleanup runs before each re-run and on dispose")
     func cleanupOrder() {

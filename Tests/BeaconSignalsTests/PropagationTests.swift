@@ -1,7 +1,7 @@
 import Testing
 @testable import BeaconSignals
 
-@Suite("Core: push-pull propagation")
+@Suite("Core: push-pull propagation", .timeLimit(.minutes(3)))
 struct PropagationTests {
     @Test("A diamond's join recomputes once per write and never sees a mix of old and new")
     func diamondIsGlitchFree() {

@@ -534,7 +534,7 @@ private func runModel(seed: UInt64, steps: Int) -> [String] {
     return failures
 }
 
-@Suite("Core: a reference model")
+@Suite("Core: a reference model", .timeLimit(.minutes(3)))
 struct ReferenceModelTests {
     @Test("Random graphs, writes, batches, reads and disposals agree with a naive evaluator step by step")
     func agreesWithTheReference() {

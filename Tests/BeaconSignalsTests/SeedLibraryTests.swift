@@ -2,7 +2,7 @@ import Observation
 import Testing
 @testable import BeaconSignals
 
-@Suite("Seed libraries: operators, events, buses, timing")
+@Suite("Seed libraries: operators, events, buses, timing", .timeLimit(.minutes(3)))
 struct SeedLibraryTests {
     @Test("onValue delivers changes; atOnce delivers the current value first; a dispose bag stops both")
     func onValueAndAtOnce() {

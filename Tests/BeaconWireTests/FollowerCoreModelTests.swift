@@ -16,7 +16,7 @@ import Testing
 /// it, with no check of what is newer: a release's steps up to its last snapshot make one state
 /// at that snapshot's revision, and every revision after it must come after everything released
 /// before it.
-@Suite struct FollowerCoreModelTests {
+@Suite(.offThePool, .timeLimit(.minutes(3))) struct FollowerCoreModelTests {
     static let keys = ["a.x", "a.y", "b.1", "b.2", "c", "d.q"]
     static let prefixes = ["a.x", "a.y", "b.", "c"]
 

@@ -1,11 +1,12 @@
 import BeaconProtocol
 import BeaconWire
 import Testing
+import BeaconTestSupport
 
 /// The follower core fed publication and reply sequences by hand: drops, duplicates, stale
 /// heartbeats, epoch changes, compaction. What it releases must be whole revisions in order, and
 /// a snapshot only as part of a consistent cut.
-@Suite struct FollowerCoreTests {
+@Suite(.offThePool, .timeLimit(.minutes(3))) struct FollowerCoreTests {
     // MARK: Builders
 
     /// A put of `key` = `value` at `revision`, part `part` of `parts`.

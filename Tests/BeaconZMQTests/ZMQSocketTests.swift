@@ -1,6 +1,7 @@
 import BeaconZMQ
 import Foundation
 import Testing
+import BeaconTestSupport
 
 private func temporaryDirectory() throws -> String {
     var template = Array("/tmp/bzmq-XXXXXX".utf8CString)
@@ -8,7 +9,7 @@ private func temporaryDirectory() throws -> String {
     return String(cString: path)
 }
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(1)), .offThePool)
 struct ZMQSocketTests {
     @Test func pubSubDeliversTwoFrameMessagesByTopicPrefix() throws {
         let dir = try temporaryDirectory()
