@@ -79,10 +79,13 @@ public final class WireClient {
     private var refused: WireError?
 
     /// Connects to explicit endpoints.
-    /// - Parameter curve: keys for a daemon's CURVE (tcp) endpoints; `nil` for ipc.
+    /// - Parameters:
+    ///   - curve: keys for a daemon's CURVE (tcp) endpoints; `nil` for ipc.
+    ///   - replyQueueLimit: replies libzmq takes in ahead of ``receiveReply(timeoutMilliseconds:)``,
+    ///     at most (its receive high-water mark); past it, they wait at the daemon.
     /// - Throws: ``WireError`` when the sockets cannot be created.
     public init(requestEndpoint: String, publishEndpoint: String, context: ZMQContext? = nil,
-                curve: CurveCredentials? = nil) throws(WireError) {
+                curve: CurveCredentials? = nil, replyQueueLimit: Int32 = 100_000) throws(WireError) {
         self.requestEndpoint = requestEndpoint
         self.publishEndpoint = publishEndpoint
         self.curve = curve
@@ -90,7 +93,7 @@ public final class WireClient {
             if let context { self.context = context } else { self.context = try ZMQContext() }
             dealer = try ZMQSocket(self.context, type: .dealer, linger: 0)
             try dealer.setSendHighWaterMark(100_000)
-            try dealer.setReceiveHighWaterMark(100_000)
+            try dealer.setReceiveHighWaterMark(replyQueueLimit)
             // A refused connection leaves no peer to queue for: a send then fails instead of waiting forever.
             try dealer.setSendTimeout(milliseconds: 10_000)
             if let curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }

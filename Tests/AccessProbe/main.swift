@@ -170,7 +170,11 @@ if holdConnections > 0 {
 if unreadLists > 0 {
     let list = Beacon_V1_Request.with { $0.list = .with { $0.prefix = prefix } }
     let batch = Beacon_V1_Request.OneOf_Op.batch(.with { $0.requests = Array(repeating: list, count: listsPerBatch) })
-    let clients = try (0..<connectionCount).map { _ in try WireClient(runtimeDirectory: runtimeDirectory ?? "") }
+    // Each takes in one reply at most: the rest stay at the daemon, handed to its libzmq or kept.
+    let clients = try (0..<connectionCount).map { _ in
+        try WireClient(requestEndpoint: WireEndpoint.request(inRuntimeDirectory: runtimeDirectory ?? ""),
+                       publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory ?? ""), replyQueueLimit: 1)
+    }
     for client in clients {
         _ = try client.ping()  // connected: what follows is sent at once
         for _ in 0..<unreadLists { try client.send(batch) }

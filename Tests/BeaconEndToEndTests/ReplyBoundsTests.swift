@@ -127,6 +127,37 @@ extension AccessTests {
     }
 }
 
+extension AccessTests {
+    /// Each connection held one large reply "handed to libzmq", which neither the peer's bound
+    /// nor the total counted: a read-only user with 20 connections, each asking for a large List
+    /// and reading nothing, made the daemon hold 840 MiB with nothing closed.
+    @Test("Replies handed to libzmq count in the peer's bound: many connections of one peer, one large unread reply each",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func repliesHandedToLibzmqCountInThePeersBound() throws {
+        let (daemon, dir) = try startDaemon(["reply_buffer_peer_bytes = 8388608", "allow = uid:0 read=* write=*",
+                                             "allow = uid:5001 read=big."])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try fillTwoMegabytes(root, prefix: "big.")
+        // 20 connections, two Lists each (2 MB replies), each taking in one reply at most: the
+        // other stays at the daemon, handed to libzmq alone (it is larger than what libzmq is
+        // handed per connection): 40 MB, five times the peer's 8 MiB, with nothing kept waiting.
+        let peer = try AccessProbe(directory: dir).startUnreadingPeer(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "2",
+            "--lists-per-batch", "1", "--connections", "20"])
+        defer { kill(peer.processIdentifier, SIGKILL) }
+        var stats = try root.stats()
+        let deadline = Date().addingTimeInterval(60)
+        while stats.slowReadersClosed == 0 && Date() < deadline {
+            #expect(try root.get("big.k0").key == "big.k0", "root is served meanwhile")
+            stats = try root.stats()
+        }
+        #expect(stats.slowReadersClosed >= 1, "the peer's connections held more than its bound and none was closed")
+        let log = try String(contentsOfFile: daemon.stderrPath, encoding: .utf8)
+        #expect(log.contains("reply_buffer_peer_bytes"), "closed for another reason: \(log.suffix(2000))")
+    }
+}
+
 /// Publications a subscriber never reads are bounded in bytes. The attack: subscribers that stop
 /// reading while 1 MiB values are written made the daemon's memory grow from 29 MB to 1.6 GB in
 /// 15 s. Now the subscriber that does not read is closed once libzmq holds `publish_buffer_bytes`

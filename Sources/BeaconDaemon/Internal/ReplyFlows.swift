@@ -46,9 +46,16 @@ struct RoutingID: Hashable {
 ///   dropped, and the loop shuts the connection down. Its peer's libzmq reconnects; requests it
 ///   had sent and not been answered look like ones that timed out.
 ///
+/// Replies handed to libzmq count too: a tracked reply is handed only while what libzmq holds
+/// for the peer's connections together stays within `perPeer` and for all within `total` (or
+/// holds none: a larger reply goes alone), and the peer's or everyone's limit is passed by what
+/// waits and what libzmq holds together. Otherwise each of many connections of one peer holds a
+/// large reply "handed to libzmq" that no bound counted.
+///
 /// So what the daemon holds for one connection is at most `handOff` (or one reply) in libzmq,
-/// beside libzmq's own bound on small replies, and `perConnection` plus one reply here. State
-/// only, owned by the loop thread: the loop sends and closes.
+/// beside libzmq's own bound on small replies, and `perConnection` plus one reply here; for one
+/// peer, `perPeer` plus a reply in libzmq and one here. State only, owned by the loop thread:
+/// the loop sends and closes.
 struct ReplyFlows {
     struct Limits: Equatable {
         /// Bytes of replies waiting for one connection before it is closed.
@@ -93,7 +100,8 @@ struct ReplyFlows {
     private struct Flow {
         var fd: Int32
         var peer: ConnectionPeer
-        let inFlight = BytesInFlight()
+        /// What libzmq holds for this connection, counted in its peer's and in everyone's too.
+        var inFlight: BytesInFlight
         var waiting: [Reply] = []
         var waitingStart = 0
         var waitingBytes = 0
@@ -107,6 +115,9 @@ struct ReplyFlows {
     private var lastKnown: RoutingID?
     private var byDescriptor: [Int32: RoutingID] = [:]
     private var waitingByPeer: [ConnectionPeer: Int] = [:]
+    /// What libzmq holds for each peer's connections, and for all.
+    private var inFlightByPeer: [ConnectionPeer: BytesInFlight] = [:]
+    private let inFlightTotal = BytesInFlight()
     /// Connections with replies waiting.
     private var blocked: Set<RoutingID> = []
     /// Bytes of replies waiting, all connections together.
@@ -137,13 +148,14 @@ struct ReplyFlows {
         if let previous = byDescriptor[fd], previous != id { forget(previous) }
         byDescriptor[fd] = id
         guard var flow = flows[id] else {
-            flows[id] = Flow(fd: fd, peer: peer)
+            flows[id] = Flow(fd: fd, peer: peer, inFlight: inFlightCount(for: peer))
             return
         }
         // Known without its descriptor (a reply waited before its first request was placed).
         countWaiting(-flow.waitingBytes, of: flow.peer)
         countWaiting(flow.waitingBytes, of: peer)
         flow.fd = fd
+        if flow.peer != peer { flow.inFlight = inFlightCount(for: peer) }
         flow.peer = peer
         flows[id] = flow
     }
@@ -187,7 +199,7 @@ struct ReplyFlows {
     /// Puts back a reply libzmq refused (the connection's queue is full), first in line. A
     /// connection not known yet is bounded from now on, though it cannot be closed.
     mutating func putBack(_ reply: Reply, to id: RoutingID) {
-        var flow = flows[id] ?? Flow(fd: -1, peer: .unknown)
+        var flow = flows[id] ?? Flow(fd: -1, peer: .unknown, inFlight: inFlightCount(for: .unknown))
         if flow.waitingStart > 0 {
             flow.waitingStart -= 1
             flow.waiting[flow.waitingStart] = reply
@@ -262,8 +274,28 @@ struct ReplyFlows {
         guard size >= limits.trackedBytes else { return .some(nil) }
         let held = inFlight ?? flow.inFlight.value
         guard held == 0 || held + size <= limits.handOff else { return nil }
+        if flow.peer != .user(0), let peerHeld = inFlightByPeer[flow.peer]?.value, peerHeld > 0, peerHeld + size > limits.perPeer {
+            return nil
+        }
+        let allHeld = inFlightTotal.value
+        guard allHeld == 0 || allHeld + size <= limits.total else { return nil }
         return .some(flow.inFlight)
     }
+
+    /// A connection's count of what libzmq holds, within its peer's and everyone's.
+    private mutating func inFlightCount(for peer: ConnectionPeer) -> BytesInFlight {
+        let peerCount: BytesInFlight
+        if let existing = inFlightByPeer[peer] {
+            peerCount = existing
+        } else {
+            peerCount = BytesInFlight()
+            inFlightByPeer[peer] = peerCount
+        }
+        return BytesInFlight(within: [peerCount, inFlightTotal])
+    }
+
+    /// Bytes held for connection `flow`: waiting here and in libzmq.
+    private func held(_ flow: Flow) -> Int { flow.waitingBytes + flow.inFlight.value }
 
     /// The connection to close once connection `id`'s waiting replies grew, if a limit is passed.
     private func overLimit(after id: RoutingID) -> Victim? {
@@ -271,23 +303,25 @@ struct ReplyFlows {
         if flow.waitingBytes > limits.perConnection {
             return victim(id, "its unread replies passed reply_buffer_bytes (\(limits.perConnection))")
         }
-        if flow.peer != .user(0), waitingByPeer[flow.peer, default: 0] > limits.perPeer,
+        if flow.peer != .user(0),
+           waitingByPeer[flow.peer, default: 0] + (inFlightByPeer[flow.peer]?.value ?? 0) > limits.perPeer,
            let largest = largest(where: { $0.peer == flow.peer }) {
             return victim(largest, "its peer's unread replies passed reply_buffer_peer_bytes (\(limits.perPeer))")
         }
-        if waitingBytes > limits.total, let largest = largest(where: { _ in true }) {
+        if waitingBytes + inFlightTotal.value > limits.total, let largest = largest(where: { _ in true }) {
             return victim(largest, "all connections' unread replies passed reply_buffer_total_bytes (\(limits.total))")
         }
         return nil
     }
 
+    /// The connection holding the most (waiting and in libzmq) among those `matches` accepts.
     private func largest(where matches: (Flow) -> Bool) -> RoutingID? {
-        blocked.filter { flows[$0].map(matches) ?? false }.max { flows[$0]!.waitingBytes < flows[$1]!.waitingBytes }
+        flows.filter { matches($0.value) && held($0.value) > 0 }.max { held($0.value) < held($1.value) }?.key
     }
 
     private func victim(_ id: RoutingID, _ reason: String) -> Victim {
         let flow = flows[id]!
-        return Victim(id: id, fd: flow.fd, peer: flow.peer, heldBytes: flow.waitingBytes, reason: reason)
+        return Victim(id: id, fd: flow.fd, peer: flow.peer, heldBytes: held(flow), reason: reason)
     }
 
     private mutating func forget(_ id: RoutingID) {
