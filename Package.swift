@@ -30,6 +30,9 @@ let package = Package(
         .systemLibrary(name: "CBeaconSQLite", providers: [.apt(["libsqlite3-dev"])]),
         // libc's thread CPU affinity, hidden from Swift's Glibc module.
         .systemLibrary(name: "CBeaconKernel"),
+        // accept() and accept4() in front of libc's, so that a full descriptor table refuses a
+        // connection instead of aborting libzmq (linked into whatever links the daemon).
+        .target(name: "CBeaconAcceptGuard"),
 
         // Thin Swift wrappers over the C libraries.
         .target(name: "BeaconZMQ", dependencies: ["CBeaconZMQ"]),
@@ -51,7 +54,7 @@ let package = Package(
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
-            "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "CBeaconKernel",
+            "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "CBeaconKernel", "CBeaconAcceptGuard",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -242,7 +242,7 @@ extension BeaconServer {
                 $0.quotaExceeded = counters.quotaExceeded
                 $0.subscriptionsRefused = counters.subscriptionsRefused
                 $0.batches = counters.batches
-                $0.connectionsShed = connections.ledger.shed
+                $0.connectionsShed = connections.ledger.shed + connections.refusedAtAccept
                 $0.sessions = UInt32(sessions.count)
                 $0.leasesRefused = counters.leasesRefused
                 $0.replyBytesKept = UInt64(replyFlows.waitingBytes)

@@ -48,6 +48,29 @@ extension AccessTests {
         #expect(stats.requestConnections <= 2, "the flood's connections are gone once it ends: \(stats.requestConnections)")
     }
 
+    /// Shedding happens after libzmq has accepted a connection: a burst faster than the loop
+    /// filled the descriptor table, and libzmq's ipc accept aborted the daemon on EMFILE. At a
+    /// limit of 100 descriptors (30 of them the daemon's own), 300 connections at once did it
+    /// every time.
+    @Test("A burst of connections that fills the descriptor table is refused at accept; the daemon goes on",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func aBurstThatFillsTheDescriptorTableIsRefusedAtAccept() throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."],
+                                            launcher: ["/usr/bin/prlimit", "--nofile=100:100"])
+        defer { daemon.stop() }
+        let probe = try AccessProbe(directory: dir)
+        for burst in 0..<3 {
+            let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
+                "--runtime-dir", daemon.runtimeDirectory, "--hold-connections", "300", "--listen-ms", "300"])
+            #expect(lines.contains("HELD 300"), "burst \(burst): \(lines)")
+            try #require(daemon.process.isRunning, "burst \(burst): beacond ended: \(daemon.stderr.suffix(400))")
+        }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        _ = try root.put("sys.after", .with { $0.intValue = 1 })
+        #expect(try root.get("sys.after").value.intValue == 1, "root is served after the bursts")
+        #expect(try root.stats().connectionsShed >= 3 * (300 - 100), "the bursts' connections were shed or refused")
+    }
+
     /// Raw tcp connections to the CURVE port, never finishing a handshake, filled the descriptor
     /// table and spun libzmq's I/O thread at 100%.
     @Test("Raw tcp connections that never finish a handshake cannot exhaust the daemon's descriptors or spin it",

@@ -1,4 +1,5 @@
 import BeaconZMQ
+internal import CBeaconAcceptGuard
 import Glibc
 
 /// Watches the connections of the request and publish sockets through their libzmq monitors,
@@ -20,7 +21,13 @@ final class ConnectionGuard {
 
     init(perPeer: Int, descriptorLimit: Int) {
         ledger = ConnectionLedger(perPeer: perPeer, total: ConnectionLedger.total(forDescriptorLimit: descriptorLimit))
+        // Shedding comes after libzmq has accepted: a burst can still fill the descriptor table,
+        // where libzmq's ipc accept would abort the process. The guard refuses at accept instead.
+        beacon_accept_guard_arm()
     }
+
+    /// Connections refused at accept because the descriptor table was full, since start.
+    var refusedAtAccept: UInt64 { UInt64(beacon_accept_guard_refused()) }
 
     /// Starts watching `socket`; a socket watched before under `role` (closed since) is forgotten.
     func watch(_ socket: ZMQSocket, as role: ConnectionLedger.Socket, name: String) throws(ZMQError) {
