@@ -23,7 +23,8 @@
 // With --unread-lists N it plays a peer that never reads its replies: on each of --connections
 // connections (default 1) it sends N batches of --lists-per-batch (default 8) Lists of --prefix,
 // prints STOPPING, and stops itself (SIGSTOP), so that nothing more is read until it is killed.
-// With --stop-when-subscribed it plays a subscriber that never reads: it subscribes to the
+// With --unread-until FILE it does not stop itself: it prints SENT and waits, reading nothing,
+// until FILE exists. With --stop-when-subscribed it plays a subscriber that never reads: it subscribes to the
 // --subscribe topics, prints STOPPING and stops itself.
 import BeaconProtocol
 import BeaconWire
@@ -52,6 +53,7 @@ var connectionCount = 1
 var stopWhenSubscribed = false
 var churnMilliseconds = 0
 var churnSteps: String?
+var unreadUntil: String?
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -77,6 +79,7 @@ while let argument = arguments.popFirst() {
     case "--stop-when-subscribed": stopWhenSubscribed = true
     case "--churn-publish": churnMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
     case "--churn-steps": churnSteps = arguments.popFirst()
+    case "--unread-until": unreadUntil = arguments.popFirst()
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -178,6 +181,12 @@ if unreadLists > 0 {
     for client in clients {
         _ = try client.ping()  // connected: what follows is sent at once
         for _ in 0..<unreadLists { try client.send(batch) }
+    }
+    if let unreadUntil {
+        // Reads nothing (each connection's libzmq takes in what its queue holds) until told to end.
+        emit("SENT")
+        while !FileManager.default.fileExists(atPath: unreadUntil) { Thread.sleep(forTimeInterval: 0.005) }
+        exit(0)
     }
     Thread.sleep(forTimeInterval: 0.2)  // libzmq's I/O thread passes the requests on
     emit("STOPPING")

@@ -128,24 +128,39 @@ extension AccessTests {
 }
 
 extension AccessTests {
-    /// Each connection held one large reply "handed to libzmq", which neither the peer's bound
-    /// nor the total counted: a read-only user with 20 connections, each asking for a large List
-    /// and reading nothing, made the daemon hold 840 MiB with nothing closed.
-    @Test("Replies handed to libzmq count in the peer's bound: many connections of one peer, one large unread reply each",
+    /// Each connection held replies "handed to libzmq", which neither the peer's bound nor the
+    /// total counted: a read-only user with 20 connections, each asking for large Lists and
+    /// reading nothing, made the daemon hold 840 MiB with nothing closed.
+    @Test("Replies handed to libzmq count in the peer's bound: many connections of one peer, unread replies in libzmq",
           .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
     func repliesHandedToLibzmqCountInThePeersBound() throws {
-        let (daemon, dir) = try startDaemon(["reply_buffer_peer_bytes = 8388608", "allow = uid:0 read=* write=*",
+        let (daemon, dir) = try startDaemon(["reply_buffer_peer_bytes = 12582912", "allow = uid:0 read=* write=*",
                                              "allow = uid:5001 read=big."])
         defer { daemon.stop() }
         let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
-        try fillTwoMegabytes(root, prefix: "big.")
-        // 20 connections, two Lists each (2 MB replies), each taking in one reply at most: the
-        // other stays at the daemon, handed to libzmq alone (it is larger than what libzmq is
-        // handed per connection): 40 MB, five times the peer's 8 MiB, with nothing kept waiting.
-        let peer = try AccessProbe(directory: dir).startUnreadingPeer(identity: ["--reuid=5001", "--regid=5001"], [
-            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "2",
-            "--lists-per-batch", "1", "--connections", "20"])
-        defer { kill(peer.processIdentifier, SIGKILL) }
+        // A List of big. is a 400 KB reply.
+        let value = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 7, count: 4_000) }
+        _ = try root.batch((0..<100).map { index in .put(.with { $0.key = "big.k\(index)"; $0.value = value }) })
+        // 20 connections, five Lists each, each connection taking in two replies at most (one
+        // queued, one decoded): of the other three, two are handed to libzmq (within the 1 MiB a
+        // connection is handed) and one waits. 16 MB handed to libzmq is past the peer's 12 MiB;
+        // the 8 MB waiting is not.
+        let requestsBefore = try root.stats().requests
+        let stop = dir + "/unread-stop"
+        let peer = try AccessProbe(directory: dir).launch(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--prefix", "big.", "--unread-lists", "5",
+            "--lists-per-batch", "1", "--connections", "20", "--unread-until", stop])
+        defer {
+            _ = FileManager.default.createFile(atPath: stop, contents: nil)
+            peer.process.waitUntilExit(orKillAfterSeconds: 10)
+        }
+        // The daemon has read every request of the peer (a ping and five Lists per connection),
+        // beside each Stats of these polls.
+        var polls: UInt64 = 0
+        #expect(waitUntil(seconds: 60) {
+            polls += 1
+            return ((try? root.stats().requests) ?? 0) >= requestsBefore + polls + 120
+        }, "the peer's requests reached the daemon")
         var stats = try root.stats()
         let deadline = Date().addingTimeInterval(60)
         while stats.slowReadersClosed == 0 && Date() < deadline {
