@@ -649,7 +649,9 @@ struct RelayTests {
         #expect(primary.stop(signal: SIGKILL) == SIGKILL)
         try await Task.sleep(for: .milliseconds(300))
         primary = try cluster.start("primary", port: port, clients: ["near"], lines: small)
-        try await Task.sleep(for: .milliseconds(600))
+        // The writers go on until both have been acknowledged many times (a slow machine, or the
+        // ThreadSanitizer run, takes longer through the faults above).
+        _ = waitUntil(seconds: 90) { lastTransaction.load(ordering: .relaxed) > 100 && relayAcks.withLock { $0.count } > 10 }
         stop.store(true, ordering: .relaxed)
         writers.wait()
 
