@@ -116,6 +116,22 @@ extension BeaconServer {
     /// a grant goes to the connection libzmq pairs with it, so none is made while that pairing
     /// is out of step (``SubscriptionPairing``): the subscription is refused, and the publish
     /// socket opened anew so that every subscriber subscribes again, in step.
+    /// Counts a subscription (or cancellation) against what libzmq holds for its connection
+    /// (``SubscriptionLedger``), and shuts the connection down when it holds too much.
+    private func recordSubscription(_ topic: [UInt8], subscribe: Bool, frame: ZMQMessage) -> SubscriptionLedger.Verdict {
+        guard let text = frame.metadata("__fd"), let fd = Int32(text) else { return .keep }
+        if connections.ledger.peer(of: fd, on: .subscribers) == nil { drainConnections(.subscribers) }
+        guard let peer = connections.ledger.peer(of: fd, on: .subscribers) else { return .keep }
+        publisher.subscriptionLedger.perPeer = Int(access.limits.subscriptionsPerPeer)
+        let verdict = publisher.subscriptionLedger.received(topic, subscribe: subscribe, fd: fd, peer: peer)
+        if case .close = verdict {
+            _ = connections.shutDown(fd: fd, on: .subscribers, from: peer,
+                                     closed: { publisher.subscriptionLedger.closed(fd: $0) }, shed: { logShed($0) })
+            publisher.subscriptionLedger.closed(fd: fd)
+        }
+        return verdict
+    }
+
     func drainSubscriptions() {
         let now = MonotonicTime.now()
         var refusedOutOfStep = 0
@@ -139,6 +155,15 @@ extension BeaconServer {
                 continue
             }
             let topic = Array(bytes.dropFirst())
+            if case .close(let reason) = recordSubscription(topic, subscribe: kind == 1, frame: frame) {
+                counters.subscriptionsRefused += kind == 1 ? 1 : 0
+                if let held = logThrottle.admit("subscription.connection", now: now) {
+                    logger.notice("subscriber connection closed: \(reason)", metadata: ["peer": "\(userID ?? "")", "held.back": "\(held)"])
+                }
+                // Reading on would let libzmq take in more of what that connection sent before
+                // its I/O thread sees it closed: the rest waits for the next pass.
+                break
+            }
             // A bundle subscription sequences its prefix as a subscription to the prefix does.
             let bundled = WireTopic.bundledPrefix(topic)
             let prefix = bundled ?? String(validating: topic, as: UTF8.self).flatMap { text in

@@ -51,7 +51,12 @@ extension BeaconServer {
     /// Applies the waiting connection events of the socket of `role`: logs what was shed, and
     /// forgets the replies kept for request connections that are gone.
     func drainConnections(_ role: ConnectionLedger.Socket) {
-        logShed(connections.drain(role) { fd in if role == .requests { replyFlows.disconnected(fd: fd) } })
+        logShed(connections.drain(role) { fd in
+            switch role {
+            case .requests: replyFlows.disconnected(fd: fd)
+            case .subscribers: publisher.subscriptionLedger.closed(fd: fd)
+            }
+        })
     }
 
     /// Closes a request connection that holds too much in the daemon: one that does not read its

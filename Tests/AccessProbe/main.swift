@@ -23,6 +23,10 @@
 // With --unread-lists N it plays a peer that never reads its replies: on each of --connections
 // connections (default 1) it sends N batches of --lists-per-batch (default 8) Lists of --prefix,
 // prints STOPPING, and stops itself (SIGSTOP), so that nothing more is read until it is killed.
+// With --subscription-flood N it sends N subscriptions of --topic-bytes bytes (default 1000), each
+// a different topic, on one SUB socket, prints SENT, then DROPPED if the daemon ends the
+// connection within --listen-ms.
+//
 // With --unread-until FILE it does not stop itself: it prints SENT and waits, reading nothing,
 // until FILE exists. With --stop-when-subscribed it plays a subscriber that never reads: it subscribes to the
 // --subscribe topics, prints STOPPING and stops itself.
@@ -54,6 +58,8 @@ var stopWhenSubscribed = false
 var churnMilliseconds = 0
 var churnSteps: String?
 var unreadUntil: String?
+var subscriptionFlood = 0
+var topicBytes = 1000
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst()
@@ -80,6 +86,8 @@ while let argument = arguments.popFirst() {
     case "--churn-publish": churnMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
     case "--churn-steps": churnSteps = arguments.popFirst()
     case "--unread-until": unreadUntil = arguments.popFirst()
+    case "--subscription-flood": subscriptionFlood = Int(arguments.popFirst() ?? "") ?? 0
+    case "--topic-bytes": topicBytes = Int(arguments.popFirst() ?? "") ?? 1000
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
         exit(64)
@@ -137,6 +145,24 @@ if churnMilliseconds > 0 {
     threads.forEach { $0.start() }
     while threads.contains(where: { !$0.isFinished }) { Thread.sleep(forTimeInterval: 0.05) }
     emit("CHURNED \(churned.withLock { $0 })")
+    exit(0)
+}
+
+if subscriptionFlood > 0 {
+    let context = try ZMQContext()
+    let subscriber = try ZMQSocket(context, type: .sub, linger: 0)
+    try subscriber.setSendHighWaterMark(0)  // no subscription dropped on the way out
+    let drops = try subscriber.monitor(events: [.disconnected], name: "probe-drops-\(getpid())")
+    try subscriber.connect(endpoints?.publish ?? "ipc://" + (runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName)
+    for index in 0..<subscriptionFlood {
+        let name = Array("zzz.\(index).".utf8)
+        try subscriber.subscribe(name + Array(repeating: UInt8(ascii: "x"), count: max(topicBytes - name.count, 0)))
+    }
+    emit("SENT")
+    // The daemon (or its libzmq) ending the connection shows here.
+    try drops.reader.setReceiveTimeout(milliseconds: Int32(listenMilliseconds))
+    if (try? drops.receiveEvent()) != nil { emit("DROPPED") }
+    emit("END")
     exit(0)
 }
 

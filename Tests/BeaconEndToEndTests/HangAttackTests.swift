@@ -76,3 +76,37 @@ func waitForLine(_ line: String, inFile path: String, while process: Process) ->
     }
     return false
 }
+
+extension AccessTests {
+    /// libzmq's XPUB, in the manual mode the daemon uses, keeps every subscription a peer sends
+    /// — granted or not — in a trie until the peer cancels it or its connection ends. One
+    /// connection sending 20,000 refused subscriptions of 1,000 bytes left beacond 650 MB larger.
+    /// A message longer than any topic ends its connection as libzmq decodes it; shorter topics
+    /// close the connection once the peer holds more than `subscriptions_per_peer` (1,000),
+    /// granted or not.
+    @Test("Subscriptions the daemon refuses cannot make libzmq hold memory without bound: the connection is closed",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"),
+          arguments: [(1000, nil), (200, "its peer's subscriptions")])
+    func refusedSubscriptionsCannotGrowTheDaemon(topicBytes: Int, reason: String?) throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."])
+        defer { daemon.stop() }
+        let pid = daemon.process.processIdentifier
+        let before = try processMemory(of: pid, "VmRSS")
+        let probe = try AccessProbe(directory: dir)
+        let (flood, output) = try probe.launch(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--subscription-flood", "20000", "--topic-bytes", "\(topicBytes)",
+            "--listen-ms", "60000"])
+        defer { kill(flood.processIdentifier, SIGKILL) }
+        try #require(waitForLine("SENT", inFile: output, while: flood), "the flood was sent")
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        // The connection is ended: by libzmq, or by the daemon once the peer holds more than it may.
+        #expect(waitForLine("DROPPED", inFile: output, while: flood), "the flooding connection was closed")
+        if let reason {
+            #expect(daemon.stderr.contains("subscriber connection closed: \(reason)"), "\(daemon.stderr.suffix(1000))")
+        }
+        let growth = try processMemory(of: pid, "VmRSS") - before
+        #expect(growth < 64 << 20, "beacond grew by \(growth >> 20) MiB for subscriptions it refused")
+        _ = try root.put("app.after", .with { $0.intValue = 1 })
+        #expect(try root.get("app.after").value.intValue == 1, "root is served")
+    }
+}

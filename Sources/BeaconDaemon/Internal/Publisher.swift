@@ -24,6 +24,8 @@ final class Publisher {
     @exclusivity(unchecked) var pairing = SubscriptionPairing()
     /// The prefixes sequenced: those subscribed, and those leased by snapshots and deltas.
     @exclusivity(unchecked) var tracker = PrefixTracker()
+    /// What libzmq holds of each connection's subscriptions, granted or not.
+    var subscriptionLedger = SubscriptionLedger(perPeer: 0)
     /// Messages published since start.
     private(set) var published: UInt64 = 0
     /// Bytes of publications of at least ``trackedBytes`` that libzmq holds: not yet written to
@@ -32,6 +34,11 @@ final class Publisher {
     /// Publications this large or larger are counted in ``unsent``; libzmq's high-water mark
     /// bounds the smaller ones in number.
     static let trackedBytes = 256
+    /// The largest message a subscriber may send: room for the longest topic and for the commands
+    /// of a CURVE handshake (an INITIATE is about 300 bytes).
+    static let subscriptionMessageBytes = 512
+    /// Subscription messages of one connection libzmq takes in before the loop has read them.
+    static let subscriptionsAhead: Int32 = 128
     /// Prefixes subscribed to as bundles (topic `#P#`), with their subscriptions counted.
     private(set) var bundledPrefixes: [String: Int] = [:]
     /// The bundles of the group commit being published: one per bundled prefix, filled by
@@ -72,6 +79,12 @@ final class Publisher {
                                    connections: ConnectionGuard) throws(ZMQError) -> ZMQSocket {
         let socket = try ZMQSocket(context, type: .xpub, linger: 1000)
         try socket.setSendHighWaterMark(highWaterMark)
+        // libzmq keeps every subscription a peer sends until the connection ends, at many times its
+        // size (``SubscriptionLedger``): a message longer than any topic, a CURVE handshake's
+        // commands aside, ends its connection as it is decoded, and libzmq takes in at most this
+        // many subscriptions of a connection ahead of the loop.
+        try socket.setMaxMessageSize(Int64(Self.subscriptionMessageBytes))
+        try socket.setReceiveHighWaterMark(Self.subscriptionsAhead)
         try socket.setXPubManual(true)
         try socket.setHandshakeInterval(milliseconds: BeaconServer.handshakeMilliseconds)
         try connections.watch(socket, as: .subscribers, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
@@ -88,6 +101,7 @@ final class Publisher {
         for endpoint in endpoints { try? socket.unbind(endpoint) }
         socket.close()
         tracker.resetSubscriptions()
+        subscriptionLedger.reset()
         bundledPrefixes = [:]
         pairing = SubscriptionPairing()
         socket = try Self.makeSocket(context, highWaterMark: highWaterMark, connections: connections)
