@@ -592,6 +592,7 @@ public final class BeaconServer: @unchecked Sendable {
         zap?.close()
         pipeline.close()
         context = nil
+        removeSocketFiles()
         lock?.release()
         logger.info("beacond stopped", metadata: ["journal.head": "\(store.headRevision)"])
         let waiting = finished.withLock { state -> [CheckedContinuation<Void, Never>] in
@@ -600,6 +601,20 @@ public final class BeaconServer: @unchecked Sendable {
             return []
         }
         for continuation in waiting { continuation.resume() }
+    }
+
+    /// Removes the ipc socket files of a daemon that stopped cleanly (while it still holds the
+    /// runtime directory's lock): a client then learns at once that no daemon is there, instead
+    /// of waiting out its timeout on a socket nobody listens on.
+    private func removeSocketFiles() {
+        let endpoints = [configuration.requestEndpoint, configuration.publishEndpoint]
+            + configuration.extraRequestEndpoints + configuration.extraPublishEndpoints
+        for endpoint in endpoints where endpoint.hasPrefix("ipc://") {
+            let path = String(endpoint.dropFirst("ipc://".count))
+            var status = stat()
+            if lstat(path, &status) == 0 && (status.st_mode & S_IFMT) == S_IFSOCK { unlink(path) }
+        }
+        unlink(configuration.runtimeDirectory + "/beacond.probe")
     }
 
     /// The last revision to report for a prefix that starts being tracked now. Compaction may

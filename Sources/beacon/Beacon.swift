@@ -144,6 +144,10 @@ struct Connection: ParsableArguments {
                 die("beacon: no daemon at \(directory) (no socket \(socket)); is beacond running? (--runtime-dir, $BEACON_RUNTIME_DIR)",
                     code: ExitCode32.unavailable)
             }
+            guard !unixSocketRefusesConnections(atPath: socket) else {
+                die("beacon: no daemon listens at \(socket) (the file is left from a daemon that was killed); is beacond running?",
+                    code: ExitCode32.unavailable)
+            }
             return try WireClient(runtimeDirectory: directory)
         } catch {
             fail(error)

@@ -158,6 +158,26 @@ struct CLITests {
         }
     }
 
+    /// beacond left its socket files behind after a clean stop, so every later command waited
+    /// out its 5 s timeout before exit 69; and a file left by a killed daemon did the same.
+    @Test func aStoppedOrKilledDaemonIsReportedAtOnce() async throws {
+        let dir = try temporaryDirectory()
+        let run = dir + "/run"
+        var daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state")
+        #expect(daemon.stop() == 0)
+        #expect(!FileManager.default.fileExists(atPath: run + "/" + WireEndpoint.requestSocketName), "a clean stop removes its sockets")
+        #expect(!FileManager.default.fileExists(atPath: run + "/" + WireEndpoint.publishSocketName))
+        var answer = try await beacon(["get", "k"], runtimeDirectory: run)
+        #expect(answer.status == 69 && answer.stderr.contains("no socket"), "\(answer.stderr)")
+
+        daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state")
+        #expect(daemon.stop(signal: SIGKILL) == SIGKILL)
+        #expect(FileManager.default.fileExists(atPath: run + "/" + WireEndpoint.requestSocketName), "kill -9 leaves them")
+        answer = try await beacon(["get", "k"], runtimeDirectory: run)
+        #expect(answer.status == 69 && answer.stderr.contains("no daemon listens"), "\(answer.stderr)")
+        #expect(answer.stderr.split(separator: "\n").count == 1)
+    }
+
     @Test func badInputGivesOneLineOnStderrAndTheDocumentedExitCode() async throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
