@@ -100,6 +100,23 @@ public enum WireEndpoint {
         return user
     }
 
+    /// What is wrong with `endpoint` as the address of a daemon's socket, or `nil`: it must be
+    /// `ipc://PATH` or `tcp://HOST:PORT` (a port from 1 to 65535).
+    public static func problem(endpoint: String) -> String? {
+        if endpoint.hasPrefix("ipc://") {
+            return endpoint.count > "ipc://".count ? nil : "'\(endpoint)' names no socket file (ipc://PATH)"
+        }
+        guard endpoint.hasPrefix("tcp://") else {
+            return "'\(endpoint)' is not an endpoint: ipc://PATH or tcp://HOST:PORT"
+        }
+        let address = endpoint.dropFirst("tcp://".count)
+        guard let colon = address.lastIndex(of: ":"), colon != address.startIndex,
+              let port = UInt16(address[address.index(after: colon)...]), port > 0 else {
+            return "'\(endpoint)' needs a host and a port from 1 to 65535 (tcp://HOST:PORT)"
+        }
+        return nil
+    }
+
     /// The request socket's file name.
     public static let requestSocketName = "beacon.req"
     /// The publish socket's file name.

@@ -134,9 +134,11 @@ struct Connection: ParsableArguments {
         let environment = ProcessInfo.processInfo.environment
         do {
             if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
-                return try WireClient(requestEndpoint: endpoint,
-                                      publishEndpoint: pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint,
-                                      curve: try curveCredentials())
+                let publishEndpoint = pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint
+                for candidate in [endpoint, publishEndpoint] {
+                    if let problem = WireEndpoint.problem(endpoint: candidate) { die("beacon: \(problem)", code: ExitCode32.usage) }
+                }
+                return try WireClient(requestEndpoint: endpoint, publishEndpoint: publishEndpoint, curve: try curveCredentials())
             }
             let directory = runtimeDirectory
             let socket = directory + "/" + WireEndpoint.requestSocketName

@@ -196,6 +196,9 @@ struct CLITests {
             (["frobnicate"], nil, 64, run),                                      // unknown command
             (["pub"], "ok.k 1\nnot-a-pair\n", 65, run),                          // a refused line
             (["get", "k", "--timeout", "300"], nil, 69, dir + "/nowhere"),       // daemon unreachable
+            (["get", "a.b", "--endpoint", "notaurl"], nil, 64, nil),             // not an endpoint
+            (["get", "a.b", "--endpoint", "tcp://127.0.0.1"], nil, 64, nil),     // no port
+            (["get", "a.b", "--endpoint", "ipc://run/beacon.req", "--pub-endpoint", "tcp://:7402"], nil, 64, nil),
         ]
         for testCase in cases {
             let result = try await beacon(testCase.arguments, input: testCase.input, runtimeDirectory: testCase.runtime)

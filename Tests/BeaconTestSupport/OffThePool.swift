@@ -28,13 +28,40 @@ extension Trait where Self == OffThePool {
 
 /// A task executor that runs every job it is given on a new thread: nothing a job does (block,
 /// sleep, wait for a process) can keep another job from running.
+///
+/// The threads are started by one thread of its own, not by whoever enqueues a job: a new thread
+/// inherits its creator's CPU placement and scheduling policy, and jobs are often enqueued from
+/// a daemon's loop thread (resuming a test that waited for it), which runs placed on one CPU.
 public final class ThreadPerJobExecutor: TaskExecutor, @unchecked Sendable {
     public static let shared = ThreadPerJobExecutor()
 
+    private let condition = NSCondition()
+    private var jobs: [UnownedJob] = []
+
+    private init() {
+        let starter = Thread { [unowned self] in
+            while true {
+                condition.lock()
+                while jobs.isEmpty { condition.wait() }
+                let ready = jobs
+                jobs.removeAll()
+                condition.unlock()
+                for job in ready {
+                    let thread = Thread { [unowned self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+                    thread.stackSize = 4 << 20
+                    thread.start()
+                }
+            }
+        }
+        starter.name = "test-job-starter"
+        starter.start()
+    }
+
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        let thread = Thread { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
-        thread.stackSize = 4 << 20
-        thread.start()
+        condition.lock()
+        jobs.append(job)
+        condition.signal()
+        condition.unlock()
     }
 }

@@ -44,12 +44,20 @@ final class ConnectionGuard {
     /// Takes a reloaded per-peer limit; connections held already stay.
     func setPerPeerLimit(_ perPeer: Int) { ledger.perPeer = perPeer }
 
-    /// Applies every waiting event of the socket of `role`; returns the connections shed.
-    /// `closed` is told each descriptor whose connection is gone (or, seen again, was reused).
+    /// Events applied per call of ``drain(_:closed:)`` at most: a peer that opens and closes
+    /// connections as fast as it can must not keep the loop from everything else (the rest
+    /// waits for the next pass; the monitor stays readable).
+    static let eventsPerDrain = 1024
+
+    /// Applies the waiting events of the socket of `role` (``eventsPerDrain`` at most); returns
+    /// the connections shed. `closed` is told each descriptor whose connection is gone (or,
+    /// seen again, was reused).
     func drain(_ role: ConnectionLedger.Socket, closed: (Int32) -> Void = { _ in }) -> [Shed] {
         guard let events = monitors[role] else { return [] }
         var shed: [Shed] = []
-        while let event = try? events.receiveEvent(flags: .dontWait) {
+        var budget = Self.eventsPerDrain
+        while budget > 0, let event = try? events.receiveEvent(flags: .dontWait) {
+            budget -= 1
             let fd = Int32(bitPattern: event.value)
             if event.kind.contains(.accepted) {
                 closed(fd)
