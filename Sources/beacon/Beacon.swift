@@ -21,6 +21,13 @@ struct Beacon: ParsableCommand {
     /// A closed pipe is an error to report, not a signal to die of.
     static func main() {
         signal(SIGPIPE, SIG_IGN)
+        // Swift makes every argument a string, replacing bytes that are not UTF-8: a key or value
+        // would be stored other than it was given. Such an argument is refused instead.
+        for index in 1..<Int(CommandLine.argc) {
+            guard let argument = CommandLine.unsafeArgv[index], String(validatingCString: argument) == nil else { continue }
+            die("beacon: argument \(index) is not valid UTF-8; keys and text values are UTF-8 (raw bytes: --type bytes with base64, or with - from standard input)",
+                code: ExitCode32.invalidInput)
+        }
         do {
             var command = try parseAsRoot(Connection.hoistingOptions(Array(CommandLine.arguments.dropFirst())))
             try command.run()
@@ -424,7 +431,10 @@ extension Beacon {
         func run() throws {
             let fromInput = value == "-"
             let raw: [UInt8] = fromInput ? readStandardInput() : Array(value.utf8)
-            var text = String(decoding: raw, as: UTF8.self)
+            guard var text = String(validating: raw, as: UTF8.self) ?? (type == "bytes" ? "" : nil) else {
+                die("beacon: standard input is not valid UTF-8; text values are UTF-8 (raw bytes: --type bytes)",
+                    code: ExitCode32.invalidInput)
+            }
             if fromInput && type != "string" && text.hasSuffix("\n") { text.removeLast() }
             let parsed: Beacon_V1_Value?
             switch type {

@@ -178,6 +178,35 @@ struct CLITests {
         #expect(answer.stderr.split(separator: "\n").count == 1)
     }
 
+    /// Bytes that are not UTF-8, as an argument or on standard input, were stored as U+FFFD.
+    @Test func invalidUTF8IsRefusedNotRewritten() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let tool = try binary("beacon")
+        // The shell hands beacon the raw bytes 0xFF 0xFE, which a Swift String cannot carry.
+        for script in ["\"$0\" set v.utf \"$(printf '\\377\\376')\" --runtime-dir \"$1\"",
+                       "printf '\\377\\376' | \"$0\" set v.utf - --runtime-dir \"$1\"",
+                       "\"$0\" set \"k$(printf '\\377')\" 1 --runtime-dir \"$1\""] {
+            let shell = Process()
+            shell.executableURL = URL(fileURLWithPath: "/bin/sh")
+            shell.arguments = ["-c", script, tool, run]
+            let errors = Pipe()
+            shell.standardError = errors
+            shell.standardOutput = FileHandle.nullDevice
+            try shell.runSerially()
+            let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            shell.waitUntilExit(orKillAfterSeconds: 60)
+            #expect(shell.terminationStatus == 65, "\(script): \(stderr)")
+            #expect(stderr.contains("not valid UTF-8") && stderr.split(separator: "\n").count == 1, "\(script): \(stderr)")
+        }
+        #expect(try await beacon(["get", "v.utf"], runtimeDirectory: run).status == 1, "nothing was stored")
+        // Raw bytes are stored as bytes when asked for.
+        #expect(try await beacon(["set", "v.raw", "//4=", "--type", "bytes"], runtimeDirectory: run).status == 0)
+        #expect(try await beacon(["get", "v.raw"], runtimeDirectory: run).stdout == "{\"$bytes\":\"//4=\"}\n")
+    }
+
     @Test func badInputGivesOneLineOnStderrAndTheDocumentedExitCode() async throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
