@@ -119,22 +119,35 @@ extension BeaconServer {
     /// Counts a subscription (or cancellation) against what libzmq holds for its connection
     /// (``SubscriptionLedger``), and shuts the connection down when it holds too much.
     private func recordSubscription(_ topic: [UInt8], subscribe: Bool, frame: ZMQMessage) -> SubscriptionLedger.Verdict {
-        guard let text = frame.metadata("__fd"), let fd = Int32(text) else { return .keep }
-        if connections.ledger.peer(of: fd, on: .subscribers) == nil { drainConnections(.subscribers) }
-        guard let peer = connections.ledger.peer(of: fd, on: .subscribers) else { return .keep }
+        guard let (fd, peer) = subscriberConnection(of: frame) else { return .keep }
         publisher.subscriptionLedger.perPeer = Int(access.limits.subscriptionsPerPeer)
         let verdict = publisher.subscriptionLedger.received(topic, subscribe: subscribe, fd: fd, peer: peer)
-        if case .close = verdict {
-            _ = connections.shutDown(fd: fd, on: .subscribers, from: peer,
-                                     closed: { publisher.subscriptionLedger.closed(fd: $0) }, shed: { logShed($0) })
-            publisher.subscriptionLedger.closed(fd: fd)
-        }
+        if case .close = verdict { closeSubscriber(fd: fd, peer: peer) }
         return verdict
+    }
+
+    /// The subscriber connection a message read from the publish socket came from: its
+    /// descriptor and peer, if libzmq says which and the connection is still known.
+    private func subscriberConnection(of frame: ZMQMessage) -> (fd: Int32, peer: ConnectionPeer)? {
+        guard let text = frame.metadata("__fd"), let fd = Int32(text) else { return nil }
+        if connections.ledger.peer(of: fd, on: .subscribers) == nil { drainConnections(.subscribers) }
+        guard let peer = connections.ledger.peer(of: fd, on: .subscribers) else { return nil }
+        return (fd, peer)
+    }
+
+    /// Shuts down one subscriber connection: it reconnects and subscribes anew, the others go on.
+    private func closeSubscriber(fd: Int32, peer: ConnectionPeer) {
+        _ = connections.shutDown(fd: fd, on: .subscribers, from: peer,
+                                 closed: { publisher.subscriptionLedger.closed(fd: $0) }, shed: { logShed($0) })
+        publisher.subscriptionLedger.closed(fd: fd)
     }
 
     func drainSubscriptions() {
         let now = MonotonicTime.now()
         var refusedOutOfStep = 0
+        /// Connections whose subscriptions were refused out of step: closed once the drain ends, so
+        /// that they subscribe again (nil: one libzmq did not name, and only a reopening reaches it).
+        var outOfStep: [(fd: Int32, peer: ConnectionPeer)?] = []
         while true {
             let received: (frames: [ZMQMessage], inStep: Bool)?
             do {
@@ -149,9 +162,11 @@ extension BeaconServer {
             let userID = frame.metadata("User-Id")
             guard let kind = bytes.first, kind <= 1 else {
                 if let held = logThrottle.admit("upstream", now: now) {
-                    logger.notice("a subscriber sent a message that is not a subscription; subscriptions queued behind it are refused",
+                    logger.notice("a subscriber sent a message that is not a subscription; its connection is closed, and subscriptions queued behind it are refused",
                                   metadata: ["peer": "\(userID ?? "")", "bytes": "\(bytes.count)", "held.back": "\(held)"])
                 }
+                // No subscriber sends anything else: that connection goes.
+                if let (fd, peer) = subscriberConnection(of: frame) { closeSubscriber(fd: fd, peer: peer) }
                 continue
             }
             let topic = Array(bytes.dropFirst())
@@ -173,6 +188,7 @@ extension BeaconServer {
                 guard inStep else {
                     counters.subscriptionsRefused += 1
                     refusedOutOfStep += 1
+                    outOfStep.append(subscriberConnection(of: frame))
                     continue
                 }
                 let rights = access.rights(userID: userID)
@@ -214,10 +230,14 @@ extension BeaconServer {
         }
         if refusedOutOfStep > 0 {
             if let held = logThrottle.admit("subscription.out-of-step", now: now) {
-                logger.notice("subscriptions refused behind a message that is not one; the publish socket is opened anew for them",
+                logger.notice("subscriptions refused behind a message that is not one; their connections are closed to subscribe again",
                               metadata: ["subscriptions": "\(refusedOutOfStep)", "held.back": "\(held)"])
             }
-            resetPublisherSoon(now: now)
+            // Only those connections: every other subscriber, whose subscriptions were granted
+            // in step, goes on receiving.
+            for connection in outOfStep {
+                if let connection { closeSubscriber(fd: connection.fd, peer: connection.peer) } else { resetPublisherSoon(now: now) }
+            }
         }
     }
 

@@ -23,6 +23,10 @@
 // With --unread-lists N it plays a peer that never reads its replies: on each of --connections
 // connections (default 1) it sends N batches of --lists-per-batch (default 8) Lists of --prefix,
 // prints STOPPING, and stops itself (SIGSTOP), so that nothing more is read until it is killed.
+// With --desync-ms MS it plays the desync pattern for MS: every 20 ms a byte that is not a
+// subscription from an XSUB, and a subscription and its cancellation of a --subscribe topic
+// from a SUB; then it prints END.
+//
 // With --subscription-flood N it sends N subscriptions of --topic-bytes bytes (default 1000), each
 // a different topic, on one SUB socket, prints SENT, then DROPPED if the daemon ends the
 // connection within --listen-ms.
@@ -59,6 +63,7 @@ var churnMilliseconds = 0
 var churnSteps: String?
 var unreadUntil: String?
 var subscriptionFlood = 0
+var desyncMilliseconds = 0
 var topicBytes = 1000
 while let argument = arguments.popFirst() {
     switch argument {
@@ -87,6 +92,7 @@ while let argument = arguments.popFirst() {
     case "--churn-steps": churnSteps = arguments.popFirst()
     case "--unread-until": unreadUntil = arguments.popFirst()
     case "--subscription-flood": subscriptionFlood = Int(arguments.popFirst() ?? "") ?? 0
+    case "--desync-ms": desyncMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
     case "--topic-bytes": topicBytes = Int(arguments.popFirst() ?? "") ?? 1000
     default:
         FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!)
@@ -145,6 +151,27 @@ if churnMilliseconds > 0 {
     threads.forEach { $0.start() }
     while threads.contains(where: { !$0.isFinished }) { Thread.sleep(forTimeInterval: 0.05) }
     emit("CHURNED \(churned.withLock { $0 })")
+    exit(0)
+}
+
+if desyncMilliseconds > 0 {
+    let context = try ZMQContext()
+    let publish = endpoints?.publish ?? "ipc://" + (runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName
+    let upstream = try ZMQSocket(context, type: .xsub, linger: 0)
+    try upstream.connect(publish)
+    let subscriber = try ZMQSocket(context, type: .sub, linger: 0)
+    try subscriber.connect(publish)
+    emit("READY")
+    let end = Date().addingTimeInterval(Double(desyncMilliseconds) / 1000)
+    while Date() < end {
+        _ = try? upstream.send([0x02], flags: .dontWait)
+        for topic in topics {
+            try? subscriber.subscribe(Array(topic.utf8))
+            try? subscriber.unsubscribe(Array(topic.utf8))
+        }
+        Thread.sleep(forTimeInterval: 0.02)
+    }
+    emit("END")
     exit(0)
 }
 

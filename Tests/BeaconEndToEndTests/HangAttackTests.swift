@@ -110,3 +110,46 @@ extension AccessTests {
         #expect(try root.get("app.after").value.intValue == 1, "root is served")
     }
 }
+
+extension AccessTests {
+    /// A byte that is not a subscription knocks libzmq's pairing of subscriptions to connections
+    /// out of step; the daemon opened the whole publish socket anew for the subscriptions refused
+    /// meanwhile, at most once a second, and every subscriber reconnected. A read-only peer doing
+    /// it without pause kept root's subscriber from receiving anything for 9 s in a row. Now only
+    /// the connections involved are closed: root's, subscribed in step, goes on.
+    @Test("A peer sending the desync pattern without pause does not stop root's subscriber receiving",
+          .enabled(if: canSwitchUsers, "needs root and setpriv to run clients as other users"))
+    func theDesyncPatternDoesNotStopOtherSubscribers() throws {
+        let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."])
+        defer { daemon.stop() }
+        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        try root.subscribe("sys.")
+        try awaitHeartbeat(root)
+        let probe = try AccessProbe(directory: dir)
+        let (desync, output) = try probe.launch(identity: ["--reuid=5001", "--regid=5001"], [
+            "--runtime-dir", daemon.runtimeDirectory, "--desync-ms", "4000", "--subscribe", "app.x"])
+        defer { kill(desync.processIdentifier, SIGKILL) }
+        try #require(waitForLine("READY", inFile: output, while: desync), "the desync peer started")
+        // Root's subscriber hears a heartbeat every 100 ms meanwhile: the longest silence is measured.
+        var last = Date()
+        var longest = 0.0
+        while desync.isRunning {
+            if try root.receivePublication(timeoutMilliseconds: 50) != nil {
+                longest = max(longest, Date().timeIntervalSince(last))
+                last = Date()
+            }
+        }
+        #expect(longest < 1.0, "root's subscriber received nothing for \(longest) s")
+        #expect(!daemon.stderr.contains("publish socket opened anew"), "the publish socket was reopened for everyone")
+        #expect(daemon.stderr.contains("its connection is closed"), "the desync was seen: \(daemon.stderr.suffix(1000))")
+    }
+
+    /// Receives until a heartbeat arrives (the subscription is in place).
+    private func awaitHeartbeat(_ client: WireClient) throws {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if case .heartbeat = try client.receivePublication(timeoutMilliseconds: 100) { return }
+        }
+        Issue.record("no heartbeat arrived")
+    }
+}
