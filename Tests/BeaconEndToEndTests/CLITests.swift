@@ -466,10 +466,16 @@ struct CLITests {
         var daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state1")
         defer { daemon.stop() }
         _ = try await beacon(["pub"], input: "w.a 1\nw.b 2\nw.keep 3\n", runtimeDirectory: run)
-        let watcher = Task { try await beacon(["watch", "w.", "--json", "--count", "3"], runtimeDirectory: run) }
         let wire = try WireClient(runtimeDirectory: run)
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let requestsBefore = try wire.stats().requests
+        let watcher = Task { try await beacon(["watch", "w.", "--json", "--count", "3"], runtimeDirectory: run) }
+        // The daemon has read the watch's snapshot request (its one request; a clean stop answers
+        // what it has read), beside each Stats of these polls.
+        var polls: UInt64 = 0
+        #expect(waitUntil(seconds: 30) {
+            polls += 1
+            return ((try? wire.stats().requests) ?? 0) >= requestsBefore + polls + 1
+        }, "the watch asked for its snapshot")
         // The journal is replaced: a daemon on the other journal, the same sockets.
         #expect(daemon.stop() == 0)
         daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state2")
