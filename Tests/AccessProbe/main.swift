@@ -232,7 +232,7 @@ if unreadLists > 0 {
                        publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory ?? ""), replyQueueLimit: 1)
     }
     for client in clients {
-        _ = try client.ping()  // connected: what follows is sent at once
+        _ = try client.ping(timeoutMilliseconds: 30_000)  // connected: what follows is sent at once
         for _ in 0..<unreadLists { try client.send(batch) }
     }
     if let unreadUntil {
