@@ -110,12 +110,6 @@ extension BeaconServer {
 
     // MARK: Publish socket
 
-    /// Applies every waiting subscription and unsubscription: checks it against the peer's read
-    /// rights and limit, subscribes the peer (the XPUB is in manual mode), and sequences key
-    /// prefixes while someone follows them. Who asked is read from each message's own metadata;
-    /// a grant goes to the connection libzmq pairs with it, so none is made while that pairing
-    /// is out of step (``SubscriptionPairing``): the subscription is refused, and the publish
-    /// socket opened anew so that every subscriber subscribes again, in step.
     /// Counts a subscription (or cancellation) against what libzmq holds for its connection
     /// (``SubscriptionLedger``), and shuts the connection down when it holds too much.
     private func recordSubscription(_ topic: [UInt8], subscribe: Bool, frame: ZMQMessage) -> SubscriptionLedger.Verdict {
@@ -142,6 +136,13 @@ extension BeaconServer {
         publisher.subscriptionLedger.closed(fd: fd)
     }
 
+    /// Applies every waiting subscription and unsubscription: checks it against the peer's read
+    /// rights and limit, subscribes the peer (the XPUB is in manual mode), and sequences key
+    /// prefixes while someone follows them. Who asked is read from each message's own metadata;
+    /// a grant goes to the connection libzmq pairs with it, so none is made while that pairing
+    /// is out of step (``SubscriptionPairing``): the subscription is refused, and its connection
+    /// (each message names it) closed so that it subscribes again, in step; the connection that
+    /// sent the frame that put the pairing out of step is closed too.
     func drainSubscriptions() {
         let now = MonotonicTime.now()
         var refusedOutOfStep = 0
