@@ -97,6 +97,28 @@ final class DaemonProcess {
     }
 }
 
+/// Checks `condition` until it holds or `seconds` pass; returns whether it held.
+func waitUntil(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.005)
+    }
+    return try condition()
+}
+
+/// Waits until the file at `path` has the line `line`, while `process` runs (30 s at most).
+func waitForLine(_ line: String, inFile path: String, while process: Process) -> Bool {
+    let deadline = Date().addingTimeInterval(30)
+    while Date() < deadline {
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        if text.split(separator: "\n").contains(Substring(line)) { return true }
+        if !process.isRunning { return false }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    return false
+}
+
 /// Runs a tool, its output discarded, and returns its exit status.
 @discardableResult
 func runTool(_ path: String, _ arguments: [String]) -> Int32 {
@@ -187,7 +209,7 @@ extension Process {
                 executableURL = URL(fileURLWithPath: setpriv)
             }
         }
-        nonisolated(unsafe) let process = self
+        let process = self
         try Spawner.shared.run { try process.run() }
     }
 }

@@ -55,28 +55,6 @@ extension AccessTests {
     static let sanitized = ProcessInfo.processInfo.environment["BEACON_SANITIZED_RUN"] != nil
 }
 
-/// Checks `condition` until it holds or `seconds` pass; returns whether it held.
-func waitUntil(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try condition() { return true }
-        Thread.sleep(forTimeInterval: 0.005)
-    }
-    return try condition()
-}
-
-/// Waits until the file at `path` has the line `line`, while `process` runs (30 s at most).
-func waitForLine(_ line: String, inFile path: String, while process: Process) -> Bool {
-    let deadline = Date().addingTimeInterval(30)
-    while Date() < deadline {
-        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-        if text.split(separator: "\n").contains(Substring(line)) { return true }
-        if !process.isRunning { return false }
-        Thread.sleep(forTimeInterval: 0.01)
-    }
-    return false
-}
-
 extension AccessTests {
     /// libzmq's XPUB, in the manual mode the daemon uses, keeps every subscription a peer sends
     /// — granted or not — in a trie until the peer cancels it or its connection ends. One
