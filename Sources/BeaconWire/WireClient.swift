@@ -62,6 +62,11 @@ public final class WireClient {
     public let requestEndpoint: String
     /// The daemon's publish endpoint.
     public let publishEndpoint: String
+    /// How long a request waits for its reply when the call names no timeout.
+    public let requestTimeoutMilliseconds: Int
+    /// How long a snapshot, delta or history page waits when the call names no timeout: the
+    /// request timeout, and at least 30 s (a large page takes the daemon longer to build).
+    public var readTimeoutMilliseconds: Int { max(requestTimeoutMilliseconds, 30_000) }
 
     private let context: ZMQContext
     private let dealer: ZMQSocket
@@ -83,11 +88,14 @@ public final class WireClient {
     ///   - curve: keys for a daemon's CURVE (tcp) endpoints; `nil` for ipc.
     ///   - replyQueueLimit: replies libzmq takes in ahead of ``receiveReply(timeoutMilliseconds:)``,
     ///     at most (its receive high-water mark); past it, they wait at the daemon.
+    ///   - requestTimeoutMilliseconds: how long a call that names no timeout waits for its reply.
     /// - Throws: ``WireError`` when the sockets cannot be created.
     public init(requestEndpoint: String, publishEndpoint: String, context: ZMQContext? = nil,
-                curve: CurveCredentials? = nil, replyQueueLimit: Int32 = 100_000) throws(WireError) {
+                curve: CurveCredentials? = nil, replyQueueLimit: Int32 = 100_000,
+                requestTimeoutMilliseconds: Int = 5000) throws(WireError) {
         self.requestEndpoint = requestEndpoint
         self.publishEndpoint = publishEndpoint
+        self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
         self.curve = curve
         do {
             if let context { self.context = context } else { self.context = try ZMQContext() }
@@ -108,9 +116,10 @@ public final class WireClient {
     }
 
     /// Connects to the daemon whose sockets are in `runtimeDirectory`.
-    public convenience init(runtimeDirectory: String) throws(WireError) {
+    public convenience init(runtimeDirectory: String, requestTimeoutMilliseconds: Int = 5000) throws(WireError) {
         try self.init(requestEndpoint: WireEndpoint.request(inRuntimeDirectory: runtimeDirectory),
-                      publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory))
+                      publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory),
+                      requestTimeoutMilliseconds: requestTimeoutMilliseconds)
     }
 
     // MARK: Requests
@@ -193,14 +202,15 @@ public final class WireClient {
 
     /// Sends a request and waits for its reply (replies to earlier ids are skipped).
     /// - Throws: ``WireError``: `.timeout`, `.transport`, or `.rejected` with the daemon's error.
-    public func call(_ op: Beacon_V1_Request.OneOf_Op, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_Reply {
+    public func call(_ op: Beacon_V1_Request.OneOf_Op, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_Reply {
         try awaitReply(to: try send(op), timeoutMilliseconds: timeoutMilliseconds)
     }
 
     /// Waits for the reply to request `id`, sent already with ``send(_:)`` (replies to earlier
     /// ids are skipped): several requests can be in flight, and their answers awaited in order.
     /// - Throws: ``WireError``: `.timeout`, `.transport`, or `.rejected` with the daemon's error.
-    public func awaitReply(to id: UInt64, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_Reply {
+    public func awaitReply(to id: UInt64, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_Reply {
+        let timeoutMilliseconds = timeoutMilliseconds ?? requestTimeoutMilliseconds
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(timeoutMilliseconds, 0)) * 1_000_000
         while true {
             let now = DispatchTime.now().uptimeNanoseconds
@@ -223,7 +233,7 @@ public final class WireClient {
     /// Writes `value` to `key`; returns the committed revision and versions.
     public func put(_ key: String, _ value: Beacon_V1_Value, ifVersion: UInt64? = nil, createOnly: Bool = false,
                     ttlMilliseconds: UInt64 = 0, writeID: [UInt8] = [], session: [UInt8] = [],
-                    timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+                    timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_WriteReply {
         var put = Beacon_V1_Put()
         put.session = Data(session)
         put.key = key
@@ -236,7 +246,7 @@ public final class WireClient {
     }
 
     /// Deletes `key`; returns the committed revision.
-    public func delete(_ key: String, ifVersion: UInt64? = nil, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+    public func delete(_ key: String, ifVersion: UInt64? = nil, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_WriteReply {
         var delete = Beacon_V1_Delete()
         delete.key = key
         if let ifVersion { delete.ifVersion = ifVersion }
@@ -244,7 +254,7 @@ public final class WireClient {
     }
 
     /// Commits `ops` as one revision.
-    public func transaction(_ ops: [Beacon_V1_TxnOp], writeID: [UInt8] = [], timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_WriteReply {
+    public func transaction(_ ops: [Beacon_V1_TxnOp], writeID: [UInt8] = [], timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_WriteReply {
         var txn = Beacon_V1_Txn()
         txn.ops = ops
         txn.writeID = Data(writeID)
@@ -254,7 +264,7 @@ public final class WireClient {
     /// Sends `ops` as one `Batch` request: each is handled as if sent on its own, in order.
     /// - Returns: each operation's reply, in order; a refused one is an `error` reply.
     /// - Throws: ``WireError`` when the batch as a whole is refused (empty, too long) or times out.
-    public func batch(_ ops: [Beacon_V1_Request.OneOf_Op], timeoutMilliseconds: Int = 5000) throws(WireError) -> [Beacon_V1_Reply] {
+    public func batch(_ ops: [Beacon_V1_Request.OneOf_Op], timeoutMilliseconds: Int? = nil) throws(WireError) -> [Beacon_V1_Reply] {
         var batch = Beacon_V1_Batch()
         batch.requests = ops.map { op in
             defer { nextID += 1 }
@@ -266,52 +276,52 @@ public final class WireClient {
     }
 
     /// The current state of `key`.
-    public func get(_ key: String, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_KeyValue {
+    public func get(_ key: String, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_KeyValue {
         let reply = try call(.get(.with { $0.key = key }), timeoutMilliseconds: timeoutMilliseconds)
         guard case .get(let get) = reply.result else { throw unexpected(reply) }
         return get.kv
     }
 
     /// Every live key under `prefix` at the head revision, with the sequencing bookmark.
-    public func snapshot(prefix: String, revision: UInt64 = 0, timeoutMilliseconds: Int = 30_000) throws(WireError) -> Beacon_V1_SnapshotReply {
-        let reply = try call(.snapshot(.with { $0.prefix = prefix; $0.revision = revision }), timeoutMilliseconds: timeoutMilliseconds)
+    public func snapshot(prefix: String, revision: UInt64 = 0, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_SnapshotReply {
+        let reply = try call(.snapshot(.with { $0.prefix = prefix; $0.revision = revision }), timeoutMilliseconds: timeoutMilliseconds ?? readTimeoutMilliseconds)
         guard case .snapshot(let snapshot) = reply.result else { throw unexpected(reply) }
         return snapshot
     }
 
     /// Changes under `prefix` after `revision`, one page.
-    public func delta(prefix: String, since revision: UInt64, limit: UInt32 = 0, timeoutMilliseconds: Int = 30_000) throws(WireError) -> Beacon_V1_EventsReply {
-        let reply = try call(.delta(.with { $0.prefix = prefix; $0.sinceRevision = revision; $0.limit = limit }), timeoutMilliseconds: timeoutMilliseconds)
+    public func delta(prefix: String, since revision: UInt64, limit: UInt32 = 0, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_EventsReply {
+        let reply = try call(.delta(.with { $0.prefix = prefix; $0.sinceRevision = revision; $0.limit = limit }), timeoutMilliseconds: timeoutMilliseconds ?? readTimeoutMilliseconds)
         guard case .events(let events) = reply.result else { throw unexpected(reply) }
         return events
     }
 
     /// History of a key (`exact`) or prefix between two revisions, one page.
     public func history(_ prefix: String, exact: Bool = false, from: UInt64 = 0, to: UInt64 = 0, limit: UInt32 = 0,
-                        timeoutMilliseconds: Int = 30_000) throws(WireError) -> Beacon_V1_EventsReply {
+                        timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_EventsReply {
         let reply = try call(.history(.with {
             $0.prefix = prefix; $0.exact = exact; $0.fromRevision = from; $0.toRevision = to; $0.limit = limit
-        }), timeoutMilliseconds: timeoutMilliseconds)
+        }), timeoutMilliseconds: timeoutMilliseconds ?? readTimeoutMilliseconds)
         guard case .events(let events) = reply.result else { throw unexpected(reply) }
         return events
     }
 
     /// The daemon's identity and head.
-    public func ping(timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_PingReply {
+    public func ping(timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_PingReply {
         let reply = try call(.ping(.init()), timeoutMilliseconds: timeoutMilliseconds)
         guard case .ping(let ping) = reply.result else { throw unexpected(reply) }
         return ping
     }
 
     /// Keeps `session` alive for `ttlMilliseconds` more (0 ends it now, deleting its keys).
-    public func keepAlive(session: [UInt8], ttlMilliseconds: UInt32, timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_KeepAliveReply {
+    public func keepAlive(session: [UInt8], ttlMilliseconds: UInt32, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_KeepAliveReply {
         let reply = try call(.keepAlive(.with { $0.session = Data(session); $0.ttlMs = ttlMilliseconds }), timeoutMilliseconds: timeoutMilliseconds)
         guard case .keepAlive(let keepAlive) = reply.result else { throw unexpected(reply) }
         return keepAlive
     }
 
     /// The daemon's counters.
-    public func stats(timeoutMilliseconds: Int = 5000) throws(WireError) -> Beacon_V1_StatsReply {
+    public func stats(timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_StatsReply {
         let reply = try call(.stats(.init()), timeoutMilliseconds: timeoutMilliseconds)
         guard case .stats(let stats) = reply.result else { throw unexpected(reply) }
         return stats

@@ -14,19 +14,19 @@ struct BadInputTests {
 
         // Not a protobuf at all.
         try client.send(rawBody: [0xFF, 0xFF, 0xFF, 0xFF, 0x0F])
-        let malformed = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        let malformed = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(malformed.error.code == .malformed)
         // A valid message with no operation (or one from a future protocol).
         try client.send(rawBody: [])
-        let empty = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        let empty = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(empty.id == 0 && empty.error.code == .unknownRequest)
         try client.send(rawBody: [0x08, 0x07, 0xFA, 0x3E, 0x00])  // id 7, unknown field 999
-        let unknown = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        let unknown = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(unknown.id == 7 && unknown.error.code == .unknownRequest)
 
         // A put whose string value is not UTF-8 (hand-encoded: no Swift string can hold it).
         try client.send(rawBody: [0x08, 0x09, 0x6A, 0x0A, 0x0A, 0x02, 0x6F, 0x6B, 0x12, 0x04, 0x2A, 0x02, 0xC3, 0x28])
-        let badUTF8 = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        let badUTF8 = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(badUTF8.error.code == .malformed)
 
         expectRejection(.invalidKey) { _ = try client.put("bad key", .int(1)) }
@@ -68,13 +68,13 @@ struct BadInputTests {
         #expect(nested.map(\.error.code) == [.invalidArgument])
         let putOK = WireEncoder.putRequest(id: 41, key: "ok", encodedValue: try Beacon_V1_Value.int(5).serializedBytes())
         try client.send(rawBody: WireEncoder.batchRequest(id: 40, requests: [[0xFF, 0xFF, 0xFF], [], putOK]))
-        let mixed = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        let mixed = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(mixed.id == 40)
         #expect(mixed.batch.replies.map(\.error.code) == [.malformed, .unknownRequest, .unspecified])
         #expect(mixed.batch.replies[2].write.versions == [2], "the good write of a batch applies")
         // A batch the fast path does not read (an unknown field) is decoded and handled the same.
         try client.send(rawBody: WireEncoder.batchRequest(id: 42, requests: [putOK]) + [0xFA, 0x3E, 0x00])
-        let decoded = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+        let decoded = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(decoded.id == 42 && decoded.batch.replies.map(\.write.versions) == [[3]])
 
         // Nothing changed, and the daemon still serves.

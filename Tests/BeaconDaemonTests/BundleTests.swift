@@ -13,7 +13,7 @@ struct BundleTests {
     /// comes after every publication of that revision).
     static func publications(_ client: WireClient, through revision: UInt64) throws -> [WireClient.Publication] {
         var received: [WireClient.Publication] = []
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             guard let publication = try client.receivePublication(timeoutMilliseconds: 100) else { continue }
             received.append(publication)
@@ -168,7 +168,7 @@ struct BundleTests {
         let last = try Self.writeGroups(writer, rounds: 3)
         var topics: [String] = []
         var sawLast = false
-        let deadline = Date().addingTimeInterval(5)
+        let deadline = Date().addingTimeInterval(30)
         let poller = ZMQPoller()
         poller.add(everything)
         while !sawLast && Date() < deadline {

@@ -58,7 +58,7 @@ struct GarbageTests {
         // Every message, however broken, gets exactly one reply.
         let poller = ZMQPoller()
         poller.add(socket)
-        while replies < messages, try poller.poll(timeoutMilliseconds: 5000) > 0 {
+        while replies < messages, try poller.poll(timeoutMilliseconds: expectedReplyWait) > 0 {
             while try socket.receiveMessage(flags: .dontWait) != nil { replies += 1 }
         }
         #expect(replies == messages)

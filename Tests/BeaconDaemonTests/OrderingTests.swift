@@ -21,7 +21,7 @@ struct OrderingTests {
         var sent: [UInt64] = []
         var replies: [(id: UInt64, revision: UInt64)] = []
         func receiveOne() throws {
-            guard let reply = try writer.receiveReply(timeoutMilliseconds: 10_000) else { throw WireError(kind: .timeout, message: "no reply") }
+            guard let reply = try writer.receiveReply(timeoutMilliseconds: expectedReplyWait) else { throw WireError(kind: .timeout, message: "no reply") }
             replies.append((reply.id, reply.write.revision))
         }
         for i in 0..<50_000 {
@@ -34,7 +34,7 @@ struct OrderingTests {
 
         var revisions: [UInt64] = []
         var previous: [UInt64] = []
-        while revisions.count < sent.count, let publication = try subscriber.receivePublication(timeoutMilliseconds: 10_000) {
+        while revisions.count < sent.count, let publication = try subscriber.receivePublication(timeoutMilliseconds: expectedReplyWait) {
             guard case .diff(let diff) = publication else { continue }
             revisions.append(diff.event.revision)
             previous.append(diff.marks.first { $0.prefix == "o." }?.previousRevision ?? 0)

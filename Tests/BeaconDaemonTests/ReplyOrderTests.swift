@@ -34,7 +34,7 @@ struct ReplyOrderTests {
         for round in 0..<5 {
             let sent = try sendRound(client, round: round)
             var replies: [Beacon_V1_Reply] = []
-            while replies.count < sent.count, let reply = try client.receiveReply(timeoutMilliseconds: 5000) {
+            while replies.count < sent.count, let reply = try client.receiveReply(timeoutMilliseconds: expectedReplyWait) {
                 replies.append(reply)
             }
             #expect(replies.map(\.id) == sent, "round \(round): replies must leave in request order")

@@ -17,7 +17,7 @@ final class BackgroundWriter: @unchecked Sendable {
         Thread.detachNewThread { [self] in
             defer { done.signal() }
             do {
-                let client = try WireClient(runtimeDirectory: runtimeDirectory)
+                let client = try WireClient.patient(runtimeDirectory: runtimeDirectory)
                 var i = 0
                 while !stopFlag.load(ordering: .relaxed) {
                     let key = keys[i % keys.count]

@@ -16,7 +16,7 @@ final class SessionRenewer: @unchecked Sendable {
     init(runtimeDirectory: String, session: [UInt8], ttlMilliseconds: UInt32) {
         Thread.detachNewThread { [self] in
             defer { done.signal() }
-            guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
+            guard let client = try? WireClient.patient(runtimeDirectory: runtimeDirectory) else { return }
             while !stopped.withLock({ stopFlag }) {
                 _ = try? client.keepAlive(session: session, ttlMilliseconds: ttlMilliseconds)
                 usleep(200_000)
@@ -40,7 +40,7 @@ struct SessionTests {
     }
 
     /// Polls until `key` is gone (or `timeout` passes).
-    private func waitUntilGone(_ client: WireClient, _ key: String, timeout: Duration = .seconds(10)) async throws {
+    private func waitUntilGone(_ client: WireClient, _ key: String, timeout: Duration = .seconds(30)) async throws {
         let deadline = ContinuousClock.now + timeout
         while (try? client.get(key)) != nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
     }

@@ -4,6 +4,7 @@ import BeaconProtocol
 import BeaconWire
 import Foundation
 import Logging
+import BeaconTestSupport
 import Testing
 
 func temporaryDirectory() throws -> String {
@@ -31,7 +32,7 @@ final class TestDaemon {
     }
 
     func client() throws -> WireClient {
-        try WireClient(runtimeDirectory: configuration.runtimeDirectory)
+        try WireClient.patient(runtimeDirectory: configuration.runtimeDirectory)
     }
 
     func stop() async {

@@ -181,7 +181,7 @@ struct PipelineTests {
             try client.send(.put(.with { $0.key = "k\(i % 7)"; $0.value = .int(Int64(i)) }))
         }
         var revisions: [UInt64] = []
-        while revisions.count < count, let reply = try client.receiveReply(timeoutMilliseconds: 5000) {
+        while revisions.count < count, let reply = try client.receiveReply(timeoutMilliseconds: expectedReplyWait) {
             guard case .write(let write) = reply.result else { Issue.record("\(reply)"); break }
             #expect(reply.id == UInt64(revisions.count + 1))
             revisions.append(write.revision)
@@ -253,7 +253,7 @@ extension WriteTests {
         }
         var revision: UInt64 = 0
         var received: [UInt64] = []
-        while received.count < expected.count, let reply = try client.receiveReply(timeoutMilliseconds: 5000) {
+        while received.count < expected.count, let reply = try client.receiveReply(timeoutMilliseconds: expectedReplyWait) {
             received.append(reply.id)
             let writeReplies = if case .batch(let batch) = reply.result { batch.replies } else { [reply] }
             for write in writeReplies {
@@ -285,11 +285,11 @@ extension PipelineTests {
                 try client.send(.put(.with { $0.key = "k\(sent % 50)"; $0.value = .int(Int64(sent)) }))
                 sent += 1
             }
-            let reply = try #require(try client.receiveReply(timeoutMilliseconds: 5000))
+            let reply = try #require(try client.receiveReply(timeoutMilliseconds: expectedReplyWait))
             guard case .write = reply.result else { Issue.record("\(reply)"); break }
             answered += 1
         }
-        while answered < sent, try client.receiveReply(timeoutMilliseconds: 5000) != nil { answered += 1 }
+        while answered < sent, try client.receiveReply(timeoutMilliseconds: expectedReplyWait) != nil { answered += 1 }
         let stats = try client.stats()
         #expect(stats.headRevision == UInt64(sent))
         #expect(stats.compactedRevision > 0, "compaction ran during the load")
@@ -310,7 +310,7 @@ extension PipelineTests {
                 try writer.send(.put(.with { $0.key = "k\(sent % 100)"; $0.value = .int(Int64(sent)) }))
                 sent += 1
             }
-            let reply = try #require(try writer.receiveReply(timeoutMilliseconds: 5000))
+            let reply = try #require(try writer.receiveReply(timeoutMilliseconds: expectedReplyWait))
             guard case .write = reply.result else { Issue.record("\(reply)"); break }
             answered += 1
         }

@@ -88,7 +88,7 @@ struct AccessTests {
             "allow = gid:6000 read=pub.",
         ])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         for (key, value) in [("app.x", 1), ("net.secret", 2), ("pub.y", 3)] {
             _ = try root.put(key, .with { $0.intValue = Int64(value) })
         }
@@ -131,9 +131,9 @@ struct AccessTests {
             "allow = uid:5001 read=app. write=app.",
         ])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         // Someone allowed follows net., so the daemon sequences it and marks it.
-        let netFollower = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let netFollower = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         try netFollower.subscribe("net.")
         let probe = try AccessProbe(directory: dir)
         let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
@@ -177,7 +177,7 @@ struct AccessTests {
             "allow = key:\(client.publicKey) read=sensor. write=sensor.   # the sensor box",
         ])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try root.put("sensor.t", .with { $0.doubleValue = 21.5 })
         let probe = try AccessProbe(directory: dir)
         let tcp = ["--endpoints", request, publish]
@@ -240,7 +240,7 @@ struct AccessTests {
         let (daemon, dir) = try startDaemon(["allow = \(me) read=* write=app."])
         defer { daemon.stop() }
         let config = dir + "/beacond.conf"
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         func netWriteOutcome() -> Beacon_V1_Error.Code? {
             do {
                 _ = try client.put("net.x", .with { $0.intValue = 1 })
@@ -273,11 +273,11 @@ struct AccessTests {
     func writeRateIsLimitedPerPeer() throws {
         let (daemon, _) = try startDaemon(["writes_per_second = 100", "write_burst = 100"])
         defer { daemon.stop() }
-        let flooder = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let flooder = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         for index in 0..<1000 { try flooder.send(.put(.with { $0.key = "flood.k\(index % 10)"; $0.value = .with { $0.intValue = 1 } })) }
         var limited = 0, accepted = 0, retryAfter: UInt32 = 0
         for _ in 0..<1000 {
-            let reply = try #require(try flooder.receiveReply(timeoutMilliseconds: 10_000))
+            let reply = try #require(try flooder.receiveReply(timeoutMilliseconds: expectedReplyWait))
             if case .error(let error) = reply.result {
                 #expect(error.code == .rateLimited)
                 limited += 1

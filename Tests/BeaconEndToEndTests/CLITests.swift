@@ -129,7 +129,7 @@ struct CLITests {
         // many the subscriber's start overlaps (a snapshot would print the keys' current values).
         let subscriber = Task { try await beacon(["sub", "feed.", "--from", "1", "--count", "\(count)", "--json"], runtimeDirectory: run) }
         // Wait until the subscriber follows the prefix, then publish.
-        let wire = try WireClient(runtimeDirectory: run)
+        let wire = try WireClient.patient(runtimeDirectory: run)
         let deadline = ContinuousClock.now + .seconds(30)
         while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         let input = (0..<count).map { "feed.k\($0 % 100) \($0)" }.joined(separator: "\n") + "\n"
@@ -329,7 +329,7 @@ struct CLITests {
         _ = try await beacon(["pub"], input: "net.a 1\nnfs.b 2\nnot.c 3\n", runtimeDirectory: run)
         // Replay from revision 1, then live; only net. and nfs. changes, in revision order.
         let subscriber = Task { try await beacon(["sub", "net.", "nfs.", "--from", "1", "--count", "4", "--json"], runtimeDirectory: run) }
-        let wire = try WireClient(runtimeDirectory: run)
+        let wire = try WireClient.patient(runtimeDirectory: run)
         let deadline = ContinuousClock.now + .seconds(30)
         while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         #expect(try await beacon(["stats", "--json"], runtimeDirectory: run).json()["subscriber_connections"] as? Int == 1)
@@ -366,8 +366,8 @@ struct CLITests {
         #expect(replay.lines.count == lines.count)
         let applied = try await beacon(["pub"], input: replay.stdout, runtimeDirectory: target.runtimeDirectory)
         #expect(applied.status == 0, "\(applied.stderr)")
-        let from = try WireClient(runtimeDirectory: source.runtimeDirectory)
-        let to = try WireClient(runtimeDirectory: target.runtimeDirectory)
+        let from = try WireClient.patient(runtimeDirectory: source.runtimeDirectory)
+        let to = try WireClient.patient(runtimeDirectory: target.runtimeDirectory)
         for key in ["t.int", "t.double", "t.exponent", "t.negative", "t.min", "t.bytes", "t.nested", "t.text", "t.escapes",
                     "t.bool", "t.null", "t.plain"] {
             #expect(try to.get(key).value == from.get(key).value, "\(key)")
@@ -401,7 +401,7 @@ struct CLITests {
         #expect(try await beacon(["get", "k.big"], runtimeDirectory: run).status == 1)
         // What the user asked for explicitly is stored as it is.
         #expect(try await beacon(["set", "k.text", #"{"a":1"#, "--type", "string"], runtimeDirectory: run).status == 0)
-        let wire = try WireClient(runtimeDirectory: run)
+        let wire = try WireClient.patient(runtimeDirectory: run)
         #expect(try wire.get("k.text").value.kind == .stringValue(#"{"a":1"#))
         #expect(try await beacon(["set", "k.big", "12345678901234567890", "--type", "double"], runtimeDirectory: run).status == 0)
         #expect(try wire.get("k.big").value.kind == .doubleValue(Double("12345678901234567890")!))
@@ -466,7 +466,7 @@ struct CLITests {
         var daemon = try DaemonProcess(runtimeDirectory: run, stateDirectory: dir + "/state1")
         defer { daemon.stop() }
         _ = try await beacon(["pub"], input: "w.a 1\nw.b 2\nw.keep 3\n", runtimeDirectory: run)
-        let wire = try WireClient(runtimeDirectory: run)
+        let wire = try WireClient.patient(runtimeDirectory: run)
         let requestsBefore = try wire.stats().requests
         let watcher = Task { try await beacon(["watch", "w.", "--json", "--count", "3"], runtimeDirectory: run) }
         // The daemon has read the watch's snapshot request (its one request; a clean stop answers
@@ -578,7 +578,7 @@ struct CLITests {
             }
             try? feeder.close()
         }
-        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let wire = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let deadline = ContinuousClock.now + .seconds(30)
         while try wire.stats().headRevision < 20_000 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         kill(process.processIdentifier, SIGTERM)
@@ -607,7 +607,7 @@ struct CLITests {
         #expect(deleted.status == 0, "\(deleted.stderr)")
         #expect(try deleted.json()["deleted"] as? Int == 3)
         #expect(try deleted.json()["revision"] as? Int == 5)
-        let wire = try WireClient(runtimeDirectory: run)
+        let wire = try WireClient.patient(runtimeDirectory: run)
         #expect(try wire.snapshot(prefix: "d.").kvs.isEmpty)
         #expect(try wire.get("e.keep").value.kind == .intValue(4))
         #expect(try await beacon(["rm", "--prefix", "d."], runtimeDirectory: run).stdout == "nothing under d.\n")
@@ -670,7 +670,7 @@ struct CLITests {
         #expect(try await beacon(["pub"], input: lines.joined(separator: "\n") + "\n", runtimeDirectory: run).status == 0)
         // A writer keeps writing while the copy is made and read.
         let writing = Task.detached {
-            let writer = try WireClient(runtimeDirectory: run)
+            let writer = try WireClient.patient(runtimeDirectory: run)
             for index in 0..<3_000 where !Task.isCancelled {
                 _ = try writer.put("w.k\(index % 100)", .with { $0.intValue = Int64(index) })
             }
@@ -691,8 +691,8 @@ struct CLITests {
         try FileManager.default.copyItem(atPath: file, toPath: dir + "/restored/journal.sqlite")
         let restored = try DaemonProcess(runtimeDirectory: dir + "/run2", stateDirectory: dir + "/restored")
         defer { restored.stop() }
-        let original = try WireClient(runtimeDirectory: run)
-        let copy = try WireClient(runtimeDirectory: restored.runtimeDirectory)
+        let original = try WireClient.patient(runtimeDirectory: run)
+        let copy = try WireClient.patient(runtimeDirectory: restored.runtimeDirectory)
         #expect(try copy.ping().headRevision == UInt64(revision))
         // An epoch of its own: clients that saw later revisions resync rather than mistake the
         // restored daemon's next revisions for ones they have.

@@ -28,7 +28,7 @@ struct ClockStepTests {
             "NOTIFY_SOCKET": listener.path, "WATCHDOG_USEC": "1000000",
         ], launcher: "/usr/bin/env")  // seen: a Swift program that is the first under libfaketime loses its arguments
         defer { daemon.stop(signal: SIGKILL) }
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let tenMinutes: UInt64 = 600_000
         _ = try client.put("s.bound", .with { $0.intValue = 1 }, session: Array("writer".utf8))
         _ = try client.keepAlive(session: Array("writer".utf8), ttlMilliseconds: UInt32(tenMinutes))

@@ -2,6 +2,7 @@ import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
 import Foundation
+import BeaconTestSupport
 import Testing
 
 /// CPU time a process has used, from /proc (user + system).
@@ -31,7 +32,7 @@ extension AccessTests {
             Thread.sleep(forTimeInterval: 0.5)
             guard daemon.process.isRunning else { return }
             // Another user connects and is served while the flood is held.
-            let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
             _ = try root.put("sys.during", .with { $0.intValue = 1 })
             rootWorked = try root.get("sys.during").value.intValue == 1
         }
@@ -42,7 +43,7 @@ extension AccessTests {
         #expect(held == 1100, "\(lines)")
         #expect(held - closed == 256, "the peer keeps exactly connections_per_peer of them: \(lines)")
         guard daemon.process.isRunning else { return }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let stats = try root.stats()
         #expect(stats.connectionsShed >= 1100 - 256, "\(stats)")
         #expect(stats.requestConnections <= 2, "the flood's connections are gone once it ends: \(stats.requestConnections)")
@@ -65,7 +66,7 @@ extension AccessTests {
             #expect(lines.contains("HELD 300"), "burst \(burst): \(lines)")
             try #require(daemon.process.isRunning, "burst \(burst): beacond ended: \(daemon.stderr.suffix(400))")
         }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try root.put("sys.after", .with { $0.intValue = 1 })
         #expect(try root.get("sys.after").value.intValue == 1, "root is served after the bursts")
         #expect(try root.stats().connectionsShed >= 3 * (300 - 100), "the bursts' connections were shed or refused")
@@ -116,7 +117,7 @@ extension AccessTests {
         #expect(daemon.process.isRunning, "beacond ended: \(((try? String(contentsOfFile: daemon.stderrPath, encoding: .utf8)) ?? "").suffix(400))")
         #expect(cpuUsed < 0.5, "beacond used \(cpuUsed) s of CPU in 2 s while the connections were held")
         guard daemon.process.isRunning else { return }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try root.put("sys.during", .with { $0.intValue = 1 })
         // libzmq accepts the backlog at its own pace; on a loaded machine that takes a while.
         var stats = try root.stats()

@@ -68,13 +68,12 @@ final class DaemonProcess {
         if waitUntilReady { try waitForPing() }
     }
 
+    /// Waits until beacond answers a ping, while it runs: 60 s at most (many daemons starting
+    /// at once on a loaded machine each take seconds to open their journal).
     func waitForPing() throws {
         let client = try WireClient(runtimeDirectory: runtimeDirectory)
-        for _ in 0..<100 {
-            if (try? client.ping(timeoutMilliseconds: 100)) != nil { return }
-            if !process.isRunning { break }
-        }
-        Issue.record("beacond did not answer: \(stderr)")
+        let answered = waitUntil(seconds: 60) { (try? client.ping(timeoutMilliseconds: 200)) != nil || !process.isRunning }
+        if !answered || !process.isRunning { Issue.record("beacond did not answer: \(stderr)") }
     }
 
     var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }

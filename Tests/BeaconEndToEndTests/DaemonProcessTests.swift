@@ -16,7 +16,7 @@ struct DaemonProcessTests {
         let runtimeDirectory = daemon.runtimeDirectory
         Thread.detachNewThread {
             defer { writerDone.signal() }
-            guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
+            guard let client = try? WireClient.patient(runtimeDirectory: runtimeDirectory) else { return }
             var i: Int64 = 0
             while true {
                 let key = "k\(i % 100)"
@@ -33,7 +33,7 @@ struct DaemonProcessTests {
         let acks = acknowledged.withLock { $0 }
 
         daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let head = try client.stats().headRevision
         let maxAcked = try #require(acks.map(\.revision).max())
         #expect(head >= maxAcked)
@@ -89,7 +89,7 @@ struct DaemonProcessTests {
         #expect(third.exitStatus() == 69)
         #expect(third.stderr.contains("in use by another process"))
         // The first one is unharmed.
-        #expect(try WireClient(runtimeDirectory: first.runtimeDirectory).ping().headRevision == 0)
+        #expect(try WireClient.patient(runtimeDirectory: first.runtimeDirectory).ping().headRevision == 0)
         #expect(first.stop() == 0)
     }
 
@@ -116,7 +116,7 @@ struct DaemonProcessTests {
     @Test func theLoopAndLibzmqsIOThreadShareOneCPUAsBatchWork() throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try client.put("placed", .with { $0.intValue = 1 })
         let threads = try daemonThreads(daemon.process.processIdentifier)
         let process = try #require(threads.first { $0.name == "beacond" })
@@ -132,7 +132,7 @@ struct DaemonProcessTests {
         #expect(daemon.stop() == 0)
 
         let unplaced = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state", extraArguments: ["--loop-cpu", "off"])
-        _ = try WireClient(runtimeDirectory: unplaced.runtimeDirectory).put("placed", .with { $0.intValue = 2 })
+        _ = try WireClient.patient(runtimeDirectory: unplaced.runtimeDirectory).put("placed", .with { $0.intValue = 2 })
         let free = try daemonThreads(unplaced.process.processIdentifier)
         let freeProcess = try #require(free.first { $0.name == "beacond" })
         for name in ["beacond-loop", "ZMQbg/IO/0"] {
@@ -145,7 +145,7 @@ struct DaemonProcessTests {
     @Test func sigtermStopsCleanlyWithTheJournalCheckpointed() throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         for i in 0..<50 { _ = try client.put("k\(i)", .with { $0.intValue = Int64(i) }) }
         #expect(daemon.stop(signal: SIGTERM) == 0)
         #expect(daemon.stderr.contains("beacond stopped"))
@@ -164,7 +164,7 @@ struct DaemonProcessTests {
         try #require(runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", state]) == 0)
         defer { runTool("/bin/umount", ["-l", state]) }
         let first = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: state)
-        _ = try WireClient(runtimeDirectory: first.runtimeDirectory).put("k", .with { $0.intValue = 1 })
+        _ = try WireClient.patient(runtimeDirectory: first.runtimeDirectory).put("k", .with { $0.intValue = 1 })
         #expect(first.stop() == 0)
         try #require(runTool("/bin/mount", ["-o", "remount,ro", state]) == 0)
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: state, waitUntilReady: false)
@@ -180,7 +180,7 @@ struct DaemonProcessTests {
         try #require(runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", state]) == 0, "mount tmpfs failed")
         defer { runTool("/bin/umount", ["-l", state]) }
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: state)
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try client.put("small", .with { $0.stringValue = "kept" })
         let big = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 7, count: 200_000) }
         var refusal: WireError?
@@ -198,7 +198,7 @@ struct DaemonProcessTests {
 
         // A pipelined batch (committed on the commit thread) fails whole and is refused whole.
         try await Task.sleep(for: .milliseconds(1100))  // past the read-only back-off
-        let pipeliner = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let pipeliner = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let medium = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 9, count: 100_000) }
         for i in 0..<60 { try pipeliner.send(.put(.with { $0.key = "batch\(i)"; $0.value = medium })) }
         // Decided against the staged puts: it must not stand if they roll back.
@@ -206,7 +206,7 @@ struct DaemonProcessTests {
         var committed: [UInt64] = []
         var refused = 0
         for _ in 0..<60 {
-            let reply = try #require(try pipeliner.receiveReply(timeoutMilliseconds: 5000))
+            let reply = try #require(try pipeliner.receiveReply(timeoutMilliseconds: expectedReplyWait))
             switch reply.result {
             case .write(let write): committed.append(write.revision)
             case .error(let error): #expect(error.code == .readOnly, "\(error)"); refused += 1
@@ -214,7 +214,7 @@ struct DaemonProcessTests {
             }
         }
         #expect(refused > 0)
-        let probeReply = try #require(try pipeliner.receiveReply(timeoutMilliseconds: 5000))
+        let probeReply = try #require(try pipeliner.receiveReply(timeoutMilliseconds: expectedReplyWait))
         #expect(probeReply.id == probe, "replies in request order")
         let batch59Exists = (try? client.get("batch59")) != nil
         // ALREADY_EXISTS only for a key that is durable; otherwise a retryable refusal.

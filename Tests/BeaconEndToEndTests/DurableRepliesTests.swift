@@ -15,22 +15,22 @@ struct DurableRepliesTests {
         defer { daemon.stop(signal: SIGKILL) }
         let trials = 24
         for trial in 0..<trials {
-            let writer = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            let writer = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
             // Odd trials ask on a second connection, even ones on the writer's own.
-            let asker = trial % 2 == 0 ? writer : try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            let asker = trial % 2 == 0 ? writer : try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
             for i in 0..<200 {
                 try writer.send(.put(.with { $0.key = "t\(trial).k\(i)"; $0.value = .with { $0.intValue = Int64(i) } }))
             }
             let probe = try asker.send(.put(.with { $0.key = "t\(trial).k0"; $0.value = .with { $0.intValue = -1 }; $0.createOnly = true }))
             var answer: Beacon_V1_Reply?
-            while answer == nil, let reply = try asker.receiveReply(timeoutMilliseconds: 5000) {
+            while answer == nil, let reply = try asker.receiveReply(timeoutMilliseconds: expectedReplyWait) {
                 if reply.id == probe { answer = reply }
             }
             daemon.stop(signal: SIGKILL)
             let reply = try #require(answer, "trial \(trial): no answer to the create-only put")
 
             daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
-            let reader = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+            let reader = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
             let head = try reader.ping().headRevision
             switch reply.result {
             case .error(let error):

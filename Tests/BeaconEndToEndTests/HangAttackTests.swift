@@ -1,6 +1,7 @@
 import BeaconProtocol
 import BeaconWire
 import Foundation
+import BeaconTestSupport
 import Testing
 
 extension AccessTests {
@@ -26,7 +27,7 @@ extension AccessTests {
             churn.process.waitUntilExit(orKillAfterSeconds: 10)
         }
         try #require(waitForLine("READY", inFile: churn.outputPath, while: churn.process), "the churning peer started")
-        let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let config = dir + "/beacond.conf"
         for round in 0..<Self.churnRounds {
             // Rules that differ every round: each reload opens the publish socket anew.
@@ -34,7 +35,7 @@ extension AccessTests {
                 .joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
             kill(daemon.process.processIdentifier, SIGHUP)
             // The reload reopened the publish socket (it says so in its log); then it must answer.
-            let reopened = waitUntil(seconds: 10) { daemon.stderr.components(separatedBy: "publish socket opened anew").count > round + 1 }
+            let reopened = waitUntil(seconds: 30) { daemon.stderr.components(separatedBy: "publish socket opened anew").count > round + 1 }
             do {
                 _ = try client.ping(timeoutMilliseconds: Self.churnPingMilliseconds)
             } catch {
@@ -76,7 +77,7 @@ extension AccessTests {
             "--listen-ms", "60000"])
         defer { kill(flood.processIdentifier, SIGKILL) }
         try #require(waitForLine("SENT", inFile: output, while: flood), "the flood was sent")
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         // The connection is ended: by libzmq, or by the daemon once the peer holds more than it may.
         #expect(waitForLine("DROPPED", inFile: output, while: flood), "the flooding connection was closed")
         if let reason {
@@ -101,7 +102,7 @@ extension AccessTests {
     func theDesyncPatternDoesNotStopOtherSubscribers() throws {
         let (daemon, dir) = try startDaemon(["allow = uid:0 read=* write=*", "allow = uid:5001 read=app. write=app."])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         try root.subscribe("sys.")
         try awaitHeartbeat(root)
         let probe = try AccessProbe(directory: dir)

@@ -109,7 +109,7 @@ struct HistoryStreamTests {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
         defer { daemon.stop() }
-        let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let wire = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let total = 25_000  // beyond two of the daemon's 10,000-change pages
         for start in stride(from: 0, to: total, by: 500) {
             let puts: [Beacon_V1_Request.OneOf_Op] = (start..<start + 500).map { i in

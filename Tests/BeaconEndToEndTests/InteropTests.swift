@@ -47,11 +47,11 @@ struct InteropTests {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
         defer { daemon.stop() }
-        let bundled = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let bundled = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         try bundled.subscribe("py.", bundled: true)
         var received: [(revision: UInt64, key: String)] = []
         func receive(until done: (Beacon_V1_Heartbeat) -> Bool) throws -> Bool {
-            let deadline = Date().addingTimeInterval(10)
+            let deadline = Date().addingTimeInterval(30)
             while Date() < deadline {
                 switch try bundled.receivePublication(timeoutMilliseconds: 100) {
                 case .diff(let diff)?: received.append((diff.event.revision, diff.event.change.key))
@@ -63,7 +63,7 @@ struct InteropTests {
         }
         #expect(try receive { $0.prefixes.contains { $0.prefix == "py." } }, "the bundle subscription took effect")
         try Self.runPythonClient(runtimeDirectory: daemon.runtimeDirectory)
-        let history = try daemonHistory(WireClient(runtimeDirectory: daemon.runtimeDirectory), prefix: "py.")
+        let history = try daemonHistory(WireClient.patient(runtimeDirectory: daemon.runtimeDirectory), prefix: "py.")
         let last = try #require(history.last?.revision)
         #expect(try receive { $0.headRevision >= last })
         #expect(received.map(\.revision) == history.map(\.revision))
@@ -79,6 +79,6 @@ struct InteropTests {
             primary.stop()
         }
         try Self.runPythonClient(runtimeDirectory: relay.runtimeDirectory)
-        #expect(try WireClient(runtimeDirectory: primary.runtimeDirectory).get("py.b").version == 1, "the writes went to the primary")
+        #expect(try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).get("py.b").version == 1, "the writes went to the primary")
     }
 }

@@ -1,6 +1,7 @@
 import BeaconProtocol
 import BeaconWire
 import Foundation
+import BeaconTestSupport
 import Testing
 
 extension AccessTests {
@@ -14,7 +15,7 @@ extension AccessTests {
             "sessions_per_peer = 40", "leases_per_peer = 30",
         ])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let probe = try AccessProbe(directory: dir)
         let lines = try probe.run(identity: ["--reuid=5001", "--regid=5001"], [
             "--runtime-dir", daemon.runtimeDirectory, "--keepalive-flood", "100", "--lease-flood", "100", "--prefix", "app.f",

@@ -59,7 +59,7 @@ func startPrimaryAndRelay(in directory: String, relayArguments: [String] = []) t
     let relay = try DaemonProcess(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state",
                                   extraArguments: ["--upstream", "ipc://\(directory)/primary-run/beacon.req"] + relayArguments)
     let run = relay.runtimeDirectory
-    eventually("the relay reaches its upstream") { (try? WireClient(runtimeDirectory: run).ping().upstream.reachable) == true }
+    eventually("the relay reaches its upstream") { (try? WireClient.patient(runtimeDirectory: run).ping().upstream.reachable) == true }
     return (primary, relay)
 }
 
@@ -103,7 +103,7 @@ func refusal(_ body: () throws -> Void) -> Beacon_V1_Error? {
 
 /// Every live key of a daemon, as it reports them.
 func everything(_ client: WireClient) throws -> [Beacon_V1_KeyValue] {
-    guard case .list(let list) = try client.call(.list(.init()), timeoutMilliseconds: 10_000).result else { return [] }
+    guard case .list(let list) = try client.call(.list(.init()), timeoutMilliseconds: expectedReplyWait).result else { return [] }
     return list.kvs
 }
 
@@ -114,7 +114,7 @@ func writeTransactions(on runtimeDirectory: String, keys: @escaping @Sendable (I
                        acknowledged: @escaping @Sendable (Int) -> Void, group: DispatchGroup,
                        after: @escaping @Sendable (WireClient, Int) -> Void = { _, _ in }) {
     DispatchQueue.global().async(group: group) {
-        guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return }
+        guard let client = try? WireClient.patient(runtimeDirectory: runtimeDirectory) else { return }
         var i = 1
         while !stop() {
             let ops: [Beacon_V1_TxnOp] = keys(i).map { key in
@@ -161,7 +161,7 @@ struct RelayTests {
         let port = RelayCluster.ports()
         let primary = try cluster.start("primary", port: port, clients: ["relay"])
         defer { primary.stop() }
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<50 { _ = try root.put("a.k\(index)", .with { $0.intValue = Int64(index) }) }
         _ = try root.transaction([.with { $0.put = .with { $0.key = "a.x"; $0.value = .with { $0.intValue = 1 } } },
                                   .with { $0.put = .with { $0.key = "a.y"; $0.value = .with { $0.intValue = 1 } } }])
@@ -170,7 +170,7 @@ struct RelayTests {
 
         let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
         defer { relayDaemon.stop() }
-        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
         let ping = try relay.ping()
         #expect(ping.upstream.endpoint == "tcp://127.0.0.1:\(port)")
@@ -207,7 +207,7 @@ struct RelayTests {
             sent.append(try relay.send(.get(.with { $0.key = "p.k\(index % 10)" })))
         }
         var answered: [Beacon_V1_Reply] = []
-        while answered.count < sent.count, let reply = try relay.receiveReply(timeoutMilliseconds: 5000) { answered.append(reply) }
+        while answered.count < sent.count, let reply = try relay.receiveReply(timeoutMilliseconds: expectedReplyWait) { answered.append(reply) }
         #expect(answered.map(\.id) == sent, "replies in request order")
         for pair in stride(from: 0, to: answered.count - 1, by: 2) {
             #expect(answered[pair + 1].get.kv.modRevision == answered[pair].write.revision, "the read after a write sees it")
@@ -243,11 +243,11 @@ struct RelayTests {
         let port = RelayCluster.ports()
         var primary = try cluster.start("primary", port: port, clients: ["relay"])
         defer { primary.stop() }
-        var root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        var root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<20 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(index) }) }
         var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
         defer { relayDaemon.stop() }
-        var relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        var relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
         let firstSync = try relay.stats().compactedRevision
 
@@ -257,7 +257,7 @@ struct RelayTests {
         #expect(try relay.get("k3").value.intValue == 3)
         let refused = refusal { _ = try relay.put("k1", .with { $0.intValue = -1 }) }
         #expect(refused?.code == .upstreamUnavailable, "\(String(describing: refused))")
-        let subscriber = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let subscriber = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try subscriber.subscribe("k")
         try eventually("the relay's heartbeats say it is stale") {
             guard case .heartbeat(let heartbeat) = try subscriber.receivePublication(timeoutMilliseconds: 500) else { return false }
@@ -266,7 +266,7 @@ struct RelayTests {
 
         // The upstream back (same journal): the relay catches up by delta, no resync.
         primary = try cluster.start("primary", port: port, clients: ["relay"])
-        root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<10 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(100 + index) }) }
         try Self.waitForMirror(relay, of: root)
         #expect(try relay.ping().upstream.reachable)
@@ -277,7 +277,7 @@ struct RelayTests {
         #expect(relayDaemon.stop(signal: SIGKILL) == SIGKILL)
         for index in 10..<20 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(100 + index) }) }
         relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
-        relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
         #expect(try relay.stats().compactedRevision == firstSync, "resumed by delta after its own restart")
 
@@ -286,7 +286,7 @@ struct RelayTests {
         primary.stop()
         try FileManager.default.removeItem(atPath: primary.stateDirectory)
         primary = try cluster.start("primary", port: port, clients: ["relay"])
-        root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         _ = try root.put("fresh", .with { $0.boolValue = true })
         try Self.waitForMirror(relay, of: root)
         #expect(try relay.ping().epoch != oldEpoch)
@@ -299,11 +299,11 @@ struct RelayTests {
         let port = RelayCluster.ports()
         let primary = try cluster.start("primary", port: port, clients: ["relay"])
         defer { primary.stop() }
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<10 { _ = try root.put("c.k\(index)", .with { $0.intValue = Int64(index) }) }
         var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
         defer { relayDaemon.stop() }
-        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
         // A subscriber of the relay, complete through the head before the gap.
         let follower = try PrefixFollower(client: relay, prefix: "c.", requestTimeoutMilliseconds: 5000)
@@ -314,7 +314,7 @@ struct RelayTests {
         for index in 0..<5 { _ = try root.delete("c.k\(index)") }
         for index in 5..<10 { _ = try root.put("c.k\(index)", .with { $0.intValue = Int64(100 + index) }) }
         let head = try root.ping().headRevision
-        guard case .compact = try root.call(.compact(.with { $0.revision = head }), timeoutMilliseconds: 10_000).result else {
+        guard case .compact = try root.call(.compact(.with { $0.revision = head }), timeoutMilliseconds: expectedReplyWait).result else {
             Issue.record("the primary did not compact")
             return
         }
@@ -340,14 +340,14 @@ struct RelayTests {
         let relayKey = try cluster.key("relay").publicKey
         let primary = try cluster.start("primary", port: port, lines: ["allow = key:\(relayKey) read=a. write=a."])
         defer { primary.stop() }
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<5 {
             _ = try root.put("a.k\(index)", .with { $0.intValue = Int64(index) })
             _ = try root.put("b.k\(index)", .with { $0.intValue = Int64(index) })
         }
         let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: ["upstream_prefix = a."])
         defer { relayDaemon.stop() }
-        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         func list(_ client: WireClient, _ prefix: String) throws -> [Beacon_V1_KeyValue] {
             guard case .list(let list) = try client.call(.list(.with { $0.prefix = prefix })).result else { return [] }
             return list.kvs
@@ -395,7 +395,7 @@ struct RelayTests {
         // The upstream lets the relay read only what it carries (and c., for its second life).
         let primary = try cluster.start("primary", port: port, lines: small + ["allow = key:\(relayKey) read=a.,b.,c. write=a.,b."])
         defer { primary.stop() }
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<5 {
             for prefix in ["a.", "b.", "c."] { _ = try root.put("\(prefix)k\(index)", .with { $0.intValue = Int64(index) }) }
         }
@@ -403,12 +403,12 @@ struct RelayTests {
         var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: carrying)
         defer { relayDaemon.stop() }
         func list(_ client: WireClient, _ prefix: String) throws -> [Beacon_V1_KeyValue] {
-            guard case .list(let list) = try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: 5000).result else { return [] }
+            guard case .list(let list) = try client.call(.list(.with { $0.prefix = prefix })).result else { return [] }
             return list.kvs
         }
         let relayDirectory = relayDaemon.runtimeDirectory
         eventually("the relay carries a. and b.") {
-            guard let relay = try? WireClient(runtimeDirectory: relayDirectory) else { return false }
+            guard let relay = try? WireClient.patient(runtimeDirectory: relayDirectory) else { return false }
             return (try? list(relay, "a.")) == (try? list(root, "a.")) && (try? list(relay, "b.")) == (try? list(root, "b."))
         }
         let probe = try ProbeProcess(runtimeDirectory: relayDirectory, prefix: "b.k", highWaterMark: 20, pair: ("a.x", "b.y"))
@@ -441,7 +441,7 @@ struct RelayTests {
 
         let total = lastTransaction.load(ordering: .relaxed)
         #expect(total > 50, "the writer should have been acknowledged many times")
-        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         eventually("the relay ends equal to the primary under a. and b.", seconds: 30) {
             (try? list(relay, "a.")) == (try? list(root, "a.")) && (try? list(relay, "b.")) == (try? list(root, "b."))
         }
@@ -473,7 +473,7 @@ struct RelayTests {
         // Restarted to carry a. and c.: it takes them anew; b. is no longer carried.
         relayDaemon.stop()
         relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: small + ["upstream_prefix = a., c."])
-        let second = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let second = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         eventually("the restarted relay carries a. and c.") {
             (try? list(second, "c.")) == (try? list(root, "c.")) && (try? list(second, "a.")) == (try? list(root, "a."))
         }
@@ -491,13 +491,13 @@ struct RelayTests {
         // forwards the write, whose answer then never comes.
         kill(primary.process.processIdentifier, SIGSTOP)
         defer { kill(primary.process.processIdentifier, SIGCONT) }
-        let piler = try WireClient(runtimeDirectory: relay.runtimeDirectory)
+        let piler = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
         try piler.send(.put(.with { $0.key = "p.k"; $0.value = .with { $0.intValue = 1 } }))
         // Reads behind it wait to see the write: 6,000 of about 215 bytes are 1.3 MB.
         let key = "p." + String(repeating: "x", count: 200)
         for _ in 0..<6000 { try piler.send(.get(.with { $0.key = key })) }
         eventually("the relay closes the piling connection") { relay.stderr.contains("it piles requests up behind writes") }
-        let other = try WireClient(runtimeDirectory: relay.runtimeDirectory)
+        let other = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
         #expect(try other.ping().upstream.endpoint.hasSuffix("primary-run/beacon.req"), "another client is served")
         #expect(try piler.receiveReply(timeoutMilliseconds: 200) == nil, "nothing deferred was answered")
     }
@@ -511,7 +511,7 @@ struct RelayTests {
         let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
         defer { relayDaemon.stop() }
         eventually("the relay logs the refusal") { relayDaemon.stderr.contains("no allow rule there lists its key") }
-        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         #expect(try !relay.ping().upstream.reachable)
         #expect(refusal { _ = try relay.put("k", .with { $0.intValue = 1 }) }?.code == .upstreamUnavailable)
     }
@@ -527,7 +527,7 @@ struct RelayTests {
         defer { primary.stop() }
         let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), localRights: "read=* write=app.,shared.")
         defer { relayDaemon.stop() }
-        let relay = try WireClient(runtimeDirectory: relayDaemon.runtimeDirectory)
+        let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try eventually("the relay reaches its upstream") { try relay.ping().upstream.reachable }
         #expect(try relay.put("app.x", .with { $0.intValue = 1 }).revision > 0, "allowed by both")
         let local = refusal { _ = try relay.put("sensor.x", .with { $0.intValue = 1 }) }
@@ -536,7 +536,7 @@ struct RelayTests {
         let upstream = refusal { _ = try relay.put("shared.x", .with { $0.intValue = 1 }) }
         #expect(upstream?.code == .permissionDenied, "refused by the upstream's rules for the relay: \(String(describing: upstream))")
         #expect(try relay.stats().writesForwarded == 2, "the locally refused write never left the relay")
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         #expect(refusal { _ = try root.get("shared.x") }?.code == .notFound)
     }
 
@@ -554,10 +554,10 @@ struct RelayTests {
         #expect(try await beacon(["get", "cli.a"], runtimeDirectory: run).stdout == "1\n", "read-your-writes through the relay")
         // The current value, then one change.
         let watcher = Task { try await beacon(["watch", "cli.", "--json", "--count", "1"], runtimeDirectory: run) }
-        let wire = try WireClient(runtimeDirectory: run)
+        let wire = try WireClient.patient(runtimeDirectory: run)
         let deadline = ContinuousClock.now + .seconds(30)
         while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-        _ = try WireClient(runtimeDirectory: primary.runtimeDirectory).put("cli.b", .with { $0.intValue = 2 })
+        _ = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).put("cli.b", .with { $0.intValue = 2 })
         let watched = try await watcher.value
         #expect(watched.status == 0, "\(watched.stderr)")
         #expect(try (0..<watched.lines.count).map { try watched.json($0)["key"] as? String } == ["cli.a", "cli.b"], "\(watched.stdout)")
@@ -580,9 +580,9 @@ struct RelayTests {
         defer { near.stop() }
         let far = try cluster.start("far", port: port + 4, upstream: ("near", port + 2))
         defer { far.stop() }
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
-        let nearClient = try WireClient(runtimeDirectory: near.runtimeDirectory)
-        let farClient = try WireClient(runtimeDirectory: far.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
+        let nearClient = try WireClient.patient(runtimeDirectory: near.runtimeDirectory)
+        let farClient = try WireClient.patient(runtimeDirectory: far.runtimeDirectory)
         for index in 0..<20 {
             _ = try farClient.put("f\(index)", .with { $0.intValue = Int64(index) })
             _ = try root.put("p\(index)", .with { $0.intValue = Int64(index) })
@@ -619,7 +619,7 @@ struct RelayTests {
         writeTransactions(on: primaryDirectory, keys: { ["a.x", "a.y", "k\($0 % 20)"] }, until: { stop.load(ordering: .relaxed) },
                           acknowledged: { lastTransaction.store($0, ordering: .relaxed) }, group: writers)
         DispatchQueue.global().async(group: writers) {
-            guard let client = try? WireClient(runtimeDirectory: farDirectory) else { return }
+            guard let client = try? WireClient.patient(runtimeDirectory: farDirectory) else { return }
             var j = 1
             while !stop.load(ordering: .relaxed) {
                 let key = "w\(j % 10)"
@@ -657,9 +657,9 @@ struct RelayTests {
 
         let total = lastTransaction.load(ordering: .relaxed)
         #expect(total > 100, "the writer should have been acknowledged many times")
-        let root = try WireClient(runtimeDirectory: primary.runtimeDirectory)
-        try Self.waitForMirror(try WireClient(runtimeDirectory: near.runtimeDirectory), of: root, seconds: 30)
-        try Self.waitForMirror(try WireClient(runtimeDirectory: far.runtimeDirectory), of: root, seconds: 30)
+        let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
+        try Self.waitForMirror(try WireClient.patient(runtimeDirectory: near.runtimeDirectory), of: root, seconds: 30)
+        try Self.waitForMirror(try WireClient.patient(runtimeDirectory: far.runtimeDirectory), of: root, seconds: 30)
 
         // Durable and applied once: every write acknowledged through two relays is at the
         // primary, each key at its last acknowledged value, at increasing revisions.
@@ -716,6 +716,6 @@ struct RelayTests {
         let written = try await write.value
         #expect(test.onQueue { map.value } == ["s.a": 2], "read-your-writes once the write completes")
         await test.wait("for the connection to be live again") { test.client.connection.value == .live }
-        #expect(try WireClient(runtimeDirectory: primary.runtimeDirectory).get("s.a").modRevision == written.revision)
+        #expect(try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).get("s.a").modRevision == written.revision)
     }
 }

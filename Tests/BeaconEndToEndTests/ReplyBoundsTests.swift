@@ -56,7 +56,7 @@ struct ReplyBoundsTests {
     @Test func aConnectionThatNeverReadsItsRepliesIsClosedWithinItsBound() throws {
         let (daemon, dir) = try daemonWithConfiguration("reply_buffer_bytes = 8388608")
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         try fillTwoMegabytes(root, prefix: "big.")
         let pid = daemon.process.processIdentifier
         let peakBefore = try processMemory(of: pid, "VmHWM")
@@ -87,10 +87,10 @@ struct ReplyBoundsTests {
 
         // A client that reads its replies is never closed, however large they are: it pipelines
         // three Lists (6 MB) at a time, ten times.
-        let reader = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let reader = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         for _ in 0..<10 {
             for _ in 0..<3 { try reader.send(.list(.with { $0.prefix = "big." })) }
-            for _ in 0..<3 { #expect(try reader.receiveReply(timeoutMilliseconds: 10_000)?.list.kvs.count == 500) }
+            for _ in 0..<3 { #expect(try reader.receiveReply(timeoutMilliseconds: expectedReplyWait)?.list.kvs.count == 500) }
         }
         #expect(try root.stats().slowReadersClosed == closed)
     }
@@ -104,7 +104,7 @@ extension AccessTests {
     func unreadRepliesAreBoundedPerPeer() throws {
         let (daemon, dir) = try startDaemon(["reply_buffer_peer_bytes = 25165824"])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         try fillTwoMegabytes(root, prefix: "big.")
         // Four connections, ten batches of two Lists each (4 MB replies): each connection keeps
         // at most nine (36 MB, within its 64 MiB bound), and together they pass the peer's
@@ -137,7 +137,7 @@ extension AccessTests {
         let (daemon, dir) = try startDaemon(["reply_buffer_peer_bytes = 12582912", "allow = uid:0 read=* write=*",
                                              "allow = uid:5001 read=big."])
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         // A List of big. is a 400 KB reply.
         let value = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 7, count: 4_000) }
         _ = try root.batch((0..<100).map { index in .put(.with { $0.key = "big.k\(index)"; $0.value = value }) })
@@ -182,7 +182,7 @@ struct SubscriberBoundsTests {
     @Test func aSubscriberThatNeverReadsIsClosedWithinTheBound() throws {
         let (daemon, dir) = try daemonWithConfiguration("publish_buffer_bytes = 33554432")
         defer { daemon.stop() }
-        let root = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let stalled = try AccessProbe(directory: dir).startUnreadingPeer([
             "--runtime-dir", daemon.runtimeDirectory, "--subscribe", "big.", "--subscribe", "!", "--stop-when-subscribed"])
         defer { kill(stalled.processIdentifier, SIGKILL) }

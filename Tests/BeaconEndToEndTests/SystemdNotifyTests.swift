@@ -65,7 +65,7 @@ struct SystemdNotifyTests {
         defer { listener.stop() }
         let primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
         let upstream = "ipc://\(dir)/primary-run/beacon.req"
-        _ = try WireClient(runtimeDirectory: primary.runtimeDirectory).put("k", .with { $0.intValue = 1 })
+        _ = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).put("k", .with { $0.intValue = 1 })
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacond"))
         process.arguments = ["--runtime-dir", dir + "/run", "--state-dir", dir + "/state", "--heartbeat-ms", "100",
@@ -102,7 +102,7 @@ struct SystemdNotifyTests {
 
         // READY=1 comes once the sockets answer: a ping succeeds at once.
         let ready = try await listener.waitFor("READY=1")
-        let client = try WireClient(runtimeDirectory: dir + "/run")
+        let client = try WireClient.patient(runtimeDirectory: dir + "/run")
         #expect(try client.ping(timeoutMilliseconds: 500).heartbeatIntervalMs == 100)
         #expect(listener.messages[ready].contains("STATUS=revision 0, 0 keys"))
 

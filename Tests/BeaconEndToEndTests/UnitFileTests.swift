@@ -125,7 +125,7 @@ struct UnitFileTests {
             if beacond == 0 { usleep(10_000) }
         }
         try #require(beacond > 0, "strace started no beacond")
-        let client = try WireClient(runtimeDirectory: dir + "/run")
+        let client = try WireClient.patient(runtimeDirectory: dir + "/run")
         var answered = false
         for _ in 0..<100 where !answered { answered = (try? client.ping(timeoutMilliseconds: 100)) != nil }
         try #require(answered, "beacond did not answer under strace")
@@ -134,7 +134,7 @@ struct UnitFileTests {
         _ = try client.get("unit.k1")
         _ = try client.history("unit.k1")
         _ = try client.stats()
-        #expect(try client.receivePublication(timeoutMilliseconds: 5000) != nil)
+        #expect(try client.receivePublication(timeoutMilliseconds: expectedReplyWait) != nil)
         let stderrPath = dir + "/stderr"
         func reloaded() -> Bool { ((try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "").contains("configuration reloaded") }
         kill(beacond, SIGHUP)
