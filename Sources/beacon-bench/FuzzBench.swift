@@ -223,26 +223,17 @@ enum RawStreamFuzzer {
         let perConnection = 64
         var sent = 0
         while sent < count {
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { throw ExitCode(1) }
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            let path = Array(paths[generator.below(paths.count)].utf8CString)
-            withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-                for (index, byte) in path.prefix(buffer.count - 1).enumerated() { buffer[index] = UInt8(bitPattern: byte) }
-            }
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            if connected == 0 {
+            guard let address = UnixSocketAddress(path: paths[generator.below(paths.count)]) else { throw ExitCode(1) }
+            let fd = address.connectStream()
+            if fd >= 0 {
                 for chunk in 0..<perConnection {
                     var bytes = generator.noise(upTo: 200)
                     if chunk == 0 && generator.below(2) == 0 { bytes = [0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0] + bytes }
                     let written = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                     if written < 0 { break }
                 }
+                close(fd)
             }
-            close(fd)
             sent += perConnection
         }
     }

@@ -1,3 +1,4 @@
+import BeaconWire
 import Foundation
 
 // Minimal clients for the peers the comparison runs against, speaking their wire protocols
@@ -17,24 +18,9 @@ final class StreamConnection {
     private var chunk = [UInt8](repeating: 0, count: 65_536)
 
     init(path: String) throws {
-        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw PeerError("socket: \(String(cString: strerror(errno)))") }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw PeerError("socket path too long: \(path)") }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else {
-            let reason = String(cString: strerror(errno))
-            close(descriptor)
-            throw PeerError("connect \(path): \(reason)")
-        }
+        guard let address = UnixSocketAddress(path: path) else { throw PeerError("socket path too long: \(path)") }
+        descriptor = address.connectStream()
+        guard descriptor >= 0 else { throw PeerError("connect \(path): \(String(cString: strerror(errno)))") }
     }
 
     deinit { close(descriptor) }

@@ -105,33 +105,8 @@ func emit(_ line: String) {
     FileHandle.standardOutput.write((line + "\n").data(using: .utf8)!)
 }
 
-/// A unix socket address for `path`.
-func unixAddress(_ path: String) -> sockaddr_un {
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-        for (index, byte) in path.utf8.prefix(buffer.count - 1).enumerated() { buffer[index] = byte }
-    }
-    return address
-}
-
-/// Connects a plain stream socket to `address`; returns its descriptor, or nil.
-func connectPlain(_ address: sockaddr_un) -> Int32? {
-    var address = address
-    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return nil }
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
-    guard connected == 0 else {
-        close(fd)
-        return nil
-    }
-    return fd
-}
-
 if churnMilliseconds > 0 {
-    let address = unixAddress((runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName)
+    let address = UnixSocketAddress(path: (runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName)!
     let end = Date().addingTimeInterval(Double(churnMilliseconds) / 1000)
     let stopFile = (churnSteps ?? "/nonexistent") + "/stop"
     let churned = Mutex(0)
@@ -139,7 +114,8 @@ if churnMilliseconds > 0 {
         Thread {
             var count = 0
             while Date() < end && !FileManager.default.fileExists(atPath: stopFile) {
-                if let fd = connectPlain(address) {
+                let fd = address.connectStream()
+                if fd >= 0 {
                     close(fd)
                     count += 1
                 }
@@ -198,10 +174,11 @@ if holdConnections > 0 {
     getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
     limits.rlim_cur = limits.rlim_max
     setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limits)
-    let address = unixAddress((runtimeDirectory ?? "") + "/" + WireEndpoint.requestSocketName)
+    let address = UnixSocketAddress(path: (runtimeDirectory ?? "") + "/" + WireEndpoint.requestSocketName)!
     var held: [Int32] = []
     for _ in 0..<holdConnections {
-        guard let fd = connectPlain(address) else { break }
+        let fd = address.connectStream()
+        guard fd >= 0 else { break }
         held.append(fd)
     }
     emit("HELD \(held.count)")

@@ -129,15 +129,6 @@ struct WatchdogTests {
 
 /// Connects a plain stream socket to the unix socket at `path` and closes it at once.
 private func connectAndClose(unixSocketAt path: String) {
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-        for (index, byte) in path.utf8.prefix(buffer.count - 1).enumerated() { buffer[index] = byte }
-    }
-    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return }
-    _ = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
-    close(fd)
+    let fd = UnixSocketAddress(path: path)?.connectStream() ?? -1
+    if fd >= 0 { close(fd) }
 }
