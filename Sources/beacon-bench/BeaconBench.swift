@@ -27,7 +27,8 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 func median(_ values: [Double]) -> Double { percentile(values.sorted(), 0.5) }
 
 func format(_ rate: Double) -> String {
-    rate >= 1_000_000 ? String(format: "%.2f M", rate / 1_000_000) : String(format: "%.0f k", rate / 1000)
+    if rate >= 1_000_000 { return String(format: "%.2f M", rate / 1_000_000) }
+    return rate >= 10_000 ? String(format: "%.0f k", rate / 1000) : String(format: "%.0f ", rate)
 }
 
 func temporaryDirectory() -> String {
@@ -125,10 +126,13 @@ final class DaemonUnderTest {
     private let server: BeaconServer?
     let runtimeDirectory: String
 
-    init(directory: String, durability: String, maxBatch: Int, extraArguments: [String] = [], inProcess: Bool = false) throws {
+    /// - Parameter launcher: a command that runs beacond with its arguments (`prlimit …`); none:
+    ///   beacond itself.
+    init(directory: String, durability: String, maxBatch: Int, extraArguments: [String] = [], launcher: [String] = [],
+         inProcess: Bool = false) throws {
         runtimeDirectory = directory + "/run"
         if inProcess {
-            precondition(extraArguments.isEmpty, "an in-process daemon takes no beacond arguments")
+            precondition(extraArguments.isEmpty && launcher.isEmpty, "an in-process daemon takes no beacond arguments")
             var configuration = DaemonConfiguration(runtimeDirectory: runtimeDirectory, stateDirectory: directory + "/state")
             guard let mode = Durability(rawValue: durability) else { throw ValidationError("unknown durability '\(durability)'") }
             configuration.durability = mode
@@ -142,9 +146,15 @@ final class DaemonUnderTest {
         } else {
             let process = Process()
             let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacond")
-            process.executableURL = binary
-            process.arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", directory + "/state",
-                                 "--durability", durability, "--max-batch", "\(maxBatch)", "--log-level", "warning"] + extraArguments
+            let arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", directory + "/state",
+                             "--durability", durability, "--max-batch", "\(maxBatch)", "--log-level", "warning"] + extraArguments
+            if let command = launcher.first {
+                process.executableURL = URL(fileURLWithPath: command)
+                process.arguments = launcher.dropFirst() + [binary.path] + arguments
+            } else {
+                process.executableURL = binary
+                process.arguments = arguments
+            }
             try process.run()
             self.process = process
             server = nil
