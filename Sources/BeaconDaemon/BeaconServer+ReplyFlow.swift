@@ -1,9 +1,11 @@
 import BeaconZMQ
 
 extension BeaconServer {
-    /// Replies queued in libzmq per request connection, at most (small ones; larger ones are
-    /// bounded in bytes by ``ReplyFlows``). A reply refused at this mark waits in ``ReplyFlows``.
-    static let replyHighWaterMark: Int32 = 100_000
+    /// Replies queued in libzmq per request connection, at most. Small ones are not counted in
+    /// bytes while libzmq holds them, so this bounds them: 4,096 of under 256 bytes, under 1 MiB
+    /// (larger ones are counted by ``ReplyFlows``). A reply refused at this mark waits in
+    /// ``ReplyFlows``, counted in the connection's, its peer's and everyone's bounds.
+    static let replyHighWaterMark: Int32 = 4096
 
     /// The bounds of ``ReplyFlows`` from the configured limits.
     static func replyLimits(_ limits: DaemonLimits) -> ReplyFlows.Limits {

@@ -94,6 +94,32 @@ struct ReplyBoundsTests {
         }
         #expect(try root.stats().slowReadersClosed == closed)
     }
+
+    /// Small replies count too. A connection pipelining pings and reading nothing had libzmq
+    /// queue up to 100,000 replies for it (about 20 MB; times `connections_per_peer` for one
+    /// peer) outside every bound in bytes. Now libzmq takes a few thousand, and the rest wait in
+    /// the daemon, counted, until the connection's bound closes it.
+    @Test func smallRepliesANeverReadingConnectionPilesUpCountTowardItsBound() throws {
+        let (daemon, _) = try daemonWithConfiguration("reply_buffer_bytes = 1048576")
+        defer { daemon.stop() }
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
+        let context = try ZMQContext()
+        let pipeliner = try ZMQSocket(context, type: .dealer, linger: 0)
+        try pipeliner.setReceiveHighWaterMark(1)
+        try pipeliner.setSendHighWaterMark(0)
+        try pipeliner.connect(WireEndpoint.request(inRuntimeDirectory: daemon.runtimeDirectory))
+        for id in 1...100_000 {
+            let ping: [UInt8] = try Beacon_V1_Request.with { $0.id = UInt64(id); $0.ping = .init() }.serializedBytes()
+            _ = try pipeliner.send(ping)
+        }
+        var stats = try root.stats()
+        #expect(waitUntil(seconds: 60) {
+            stats = (try? root.stats()) ?? stats
+            return stats.slowReadersClosed == 1
+        }, "the connection was not closed: \(stats.replyBytesKept) bytes of replies kept, \(stats.requests) requests read")
+        #expect(daemon.stderr.contains("connection closed: it does not read its replies"))
+        pipeliner.close()
+    }
 }
 
 extension AccessTests {
