@@ -8,7 +8,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # faketime for the tests of the unit's system calls and of wall-clock steps.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux iproute2
 
-.PHONY: help deps build release run test test-race soak-core soak-follower bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -17,6 +17,7 @@ help:
 	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
 	@echo "make soak-core     the reactive core against its reference model, 100,000 random graphs"
 	@echo "make soak-follower the client follower core against a simulated lossy daemon, 50,000 runs"
+	@echo "make soak-pub      beacon pub under daemon stops, kill -9 and new journals: 21 trials, no hole, duplicate or reordering"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
@@ -80,6 +81,12 @@ soak-core: deps
 soak-follower: deps
 	$(SWIFT) build --build-tests
 	BEACON_FOLLOWER_CASES=50000 $(SWIFT) test --skip-build --filter FollowerCoreModelTests
+
+# beacon pub of 20,000 lines while its daemon is stopped, killed or given a new journal at a
+# random point, 21 trials: fails on a hole, a duplicate, a line out of order or a line sent to
+# the new journal.
+soak-pub: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" pub-restarts
 
 bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay
 

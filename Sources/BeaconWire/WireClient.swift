@@ -82,6 +82,10 @@ public final class WireClient {
     private let curve: CurveCredentials?
     /// Set once the daemon refused this client's connection.
     private var refused: WireError?
+    /// Whether libzmq reconnects by itself (see the initializer).
+    private let reconnects: Bool
+    /// Set once the connection of a client that does not reconnect has ended.
+    private var lost: WireError?
 
     /// Connects to explicit endpoints.
     /// - Parameters:
@@ -89,10 +93,15 @@ public final class WireClient {
     ///   - replyQueueLimit: replies libzmq takes in ahead of ``receiveReply(timeoutMilliseconds:)``,
     ///     at most (its receive high-water mark); past it, they wait at the daemon.
     ///   - requestTimeoutMilliseconds: how long a call that names no timeout waits for its reply.
+    ///   - reconnects: whether libzmq connects again by itself when the connection ends, and
+    ///     sends what was queued meanwhile to whichever daemon answers then. With `false`, the
+    ///     end of the connection is an error (``WireError/Kind/connectionLost``), nothing sent
+    ///     afterwards goes anywhere, and the caller decides what to send again on a new client
+    ///     (``ResumableWriter``).
     /// - Throws: ``WireError`` when the sockets cannot be created.
     public init(requestEndpoint: String, publishEndpoint: String, context: ZMQContext? = nil,
                 curve: CurveCredentials? = nil, replyQueueLimit: Int32 = 100_000,
-                requestTimeoutMilliseconds: Int = 5000) throws(WireError) {
+                requestTimeoutMilliseconds: Int = 5000, reconnects: Bool = true) throws(WireError) {
         self.requestEndpoint = requestEndpoint
         self.publishEndpoint = publishEndpoint
         self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
@@ -102,10 +111,18 @@ public final class WireClient {
             dealer = try ZMQSocket(self.context, type: .dealer, linger: 0)
             try dealer.setSendHighWaterMark(100_000)
             try dealer.setReceiveHighWaterMark(replyQueueLimit)
-            // A refused connection leaves no peer to queue for: a send then fails instead of waiting forever.
-            try dealer.setSendTimeout(milliseconds: 10_000)
+            // A refused connection leaves no peer to queue for: a send then fails instead of waiting
+            // forever (without reconnecting, within the request timeout: no connection may come).
+            try dealer.setSendTimeout(milliseconds: Int32(reconnects ? 10_000 : min(max(requestTimeoutMilliseconds, 1), 10_000)))
             if let curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
-            handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
+            if !reconnects {
+                // Queue only to a connection that exists, and never make another.
+                try dealer.setQueuesOnlyToConnected(true)
+                try dealer.disableReconnecting()
+            }
+            self.reconnects = reconnects
+            handshakeEvents = try dealer.monitor(events: reconnects ? [.handshakeFailedAuth, .handshakeFailedProtocol]
+                                                     : [.handshakeFailedAuth, .handshakeFailedProtocol, .disconnected],
                                                  name: "beacon-wire-\(UInt64.random(in: 0 ... .max))")
             try dealer.connect(requestEndpoint)
         } catch {
@@ -139,10 +156,12 @@ public final class WireClient {
     public func send(rawBody: [UInt8]) throws(WireError) {
         // A refused connection is not retried: the daemon's policy said no.
         if let refused { throw refused }
+        if let lost { throw lost }
         do {
             try dealer.send(ZMQMessage(bytes: rawBody))
         } catch where error.wouldBlock {
-            if let event = try? handshakeEvents.receiveEvent(flags: .dontWait) { throw refusal(event) }
+            if let event = try? handshakeEvents.receiveEvent(flags: .dontWait) { throw monitorError(event) }
+            if !reconnects { throw connectionLost() }
             throw WireError(kind: .timeout, message: "the request to \(requestEndpoint) could not be queued within 10 s "
                 + "(daemon unreachable, refusing this peer, or not reading)")
         } catch {
@@ -160,7 +179,7 @@ public final class WireClient {
                 frames = try dealer.receiveMessage(flags: .dontWait)
             }
             if frames == nil, let event = try handshakeEvents.receiveEvent(flags: .dontWait) {
-                throw refusal(event)
+                throw monitorError(event)
             }
             guard let frames else { return nil }
             return try Self.decodeReply(frames)
@@ -171,6 +190,17 @@ public final class WireClient {
         } catch {
             throw WireError(kind: .transport, message: "\(error)")
         }
+    }
+
+    /// The error an event of the monitor means: the connection ended, or was refused.
+    private func monitorError(_ event: ZMQMonitorEvent) -> WireError {
+        event.kind.contains(.disconnected) ? connectionLost() : refusal(event)
+    }
+
+    private func connectionLost() -> WireError {
+        let error = lost ?? WireError(kind: .connectionLost, message: "the connection to the daemon at \(requestEndpoint) ended")
+        lost = error
+        return error
     }
 
     private func refusal(_ event: ZMQMonitorEvent) -> WireError {

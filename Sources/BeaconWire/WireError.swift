@@ -16,6 +16,10 @@ public struct WireError: Error, Sendable, CustomStringConvertible {
         /// The daemon refused the connection: its access policy admits no such peer, or CURVE
         /// keys do not match.
         case refused
+        /// The connection ended (the daemon stopped or restarted) and, made with
+        /// `reconnects: false`, the client does not reconnect by itself: what it sent and was not
+        /// answered may or may not have been applied.
+        case connectionLost
     }
 
     /// The kind of failure.

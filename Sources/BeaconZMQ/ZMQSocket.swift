@@ -304,6 +304,14 @@ public final class ZMQSocket {
     /// How long a blocking receive waits before failing with `EAGAIN`; -1 waits forever.
     public func setReceiveTimeout(milliseconds: Int32) throws(ZMQError) { try setOption(ZMQ_RCVTIMEO, milliseconds) }
 
+    /// Makes a connecting socket queue messages only to connections that exist (`ZMQ_IMMEDIATE`):
+    /// with none, a send waits (or fails with `EAGAIN`), and what was queued to a connection
+    /// that ends is dropped rather than sent to the next one.
+    public func setQueuesOnlyToConnected(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_IMMEDIATE, on ? 1 : 0) }
+
+    /// Stops libzmq from connecting again by itself once a connection ends (`ZMQ_RECONNECT_IVL` -1).
+    public func disableReconnecting() throws(ZMQError) { try setOption(ZMQ_RECONNECT_IVL, -1) }
+
     /// Whether more frames of the last received message are waiting.
     public var hasMoreFrames: Bool {
         get throws(ZMQError) { try intOption(ZMQ_RCVMORE) != 0 }

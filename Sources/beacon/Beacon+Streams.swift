@@ -20,8 +20,12 @@ extension Beacon {
                 number; the others still go (with --strict, reading stops there). At the end a summary \
                 says what was committed, up to which line and revision. SIGINT or SIGTERM stops reading, \
                 waits for the replies of the writes in flight and prints the summary, so that the input \
-                can be resumed from the next line; the exit code is then 130 or 143. On a terminal, \
-                progress is shown on stderr.
+                can be resumed from the next line; the exit code is then 130 or 143. Every write \
+                carries a write id: when the daemon stops or restarts, pub connects again (within \
+                --timeout) and sends every unanswered line again, in order, each applied exactly \
+                once. If no daemon answers within --timeout, or the journal was replaced, pub stops \
+                (exit 69), sends nothing more, and the summary names the line to resume from. On a \
+                terminal, progress is shown on stderr.
                 """)
         @OptionGroup var connection: Connection
         @Option(name: .long, help: ArgumentHelp("Writes in flight at once.", valueName: "n")) var window = 1000
@@ -29,38 +33,95 @@ extension Beacon {
         var strict = false
 
         func run() throws {
-            let client = try connection.client()
-            var lineOf: [UInt64: Int] = [:]
+            // The same checks as every command first: a usage error, or no daemon at all, ends it here.
+            _ = try connection.client()
+            let writer: ResumableWriter
+            do {
+                writer = try ResumableWriter(window: window, patienceMilliseconds: connection.timeout, connect: connection.writerClient)
+            } catch {
+                die("beacon: \(error)", code: Self.exitCode(error))
+            }
             var committed = 0, refused = 0
             var firstRevision: UInt64 = 0, lastRevision: UInt64 = 0
-
-            func receiveOne() {
-                let reply: Beacon_V1_Reply?
-                do {
-                    reply = try client.receiveReply(timeoutMilliseconds: connection.timeout)
-                } catch {
-                    connection.fail(error)
-                }
-                guard let reply else {
-                    die("beacon: no reply from the daemon within \(connection.timeout) ms (\(committed) writes committed so far)",
-                        code: ExitCode32.unavailable)
-                }
-                guard let line = lineOf.removeValue(forKey: reply.id) else { return }
-                switch reply.result {
-                case .write(let write):
-                    committed += 1
-                    if firstRevision == 0 { firstRevision = write.revision }
-                    lastRevision = write.revision
-                case .error(let error):
-                    refused += 1
-                    warn("beacon: line \(line): \(error.message)")
-                default:
-                    refused += 1
-                    warn("beacon: line \(line): unexpected reply")
+            func record(_ outcomes: [ResumableWriter.Outcome]) {
+                for outcome in outcomes {
+                    switch outcome {
+                    case .committed(_, let write):
+                        committed += 1
+                        if firstRevision == 0 { firstRevision = write.revision }
+                        lastRevision = write.revision
+                    case .refused(let line, let error):
+                        refused += 1
+                        warn("beacon: line \(line): \(error.message)")
+                    }
                 }
             }
+            Self.catchInterruptions()
+            var number = 0
+            var progress = ProgressLine()
+            var stopped: ResumableWriter.Stopped?
+            while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0),
+                  let line = readLine(strippingNewline: true) {
+                number += 1
+                progress.show("beacon pub: line \(number), \(committed) committed, \(refused) refused")
+                if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
+                switch Self.parse(line) {
+                case .success(let op):
+                    do {
+                        record(try writer.submit(op, line: number))
+                    } catch {
+                        record(writer.takeAnswers())
+                        stopped = error
+                    }
+                case .failure(let problem):
+                    refused += 1
+                    warn("beacon: line \(number): \(problem.message)")
+                }
+                if stopped != nil { break }
+            }
+            if stopped == nil {
+                do {
+                    record(try writer.finish())
+                } catch {
+                    record(writer.takeAnswers())
+                    stopped = error
+                }
+            }
+            progress.clear()
+            let interruption = pubInterruption.load(ordering: .relaxed)
+            var summary: [String: Any] = ["committed": committed, "refused": refused, "first_revision": firstRevision,
+                                          "last_revision": lastRevision, "lines": number]
+            var text = committed == 0 ? "committed nothing, refused \(refused)"
+                : "committed \(committed) write\(committed == 1 ? "" : "s") (revisions \(firstRevision)–\(lastRevision)), refused \(refused)"
+            if let stopped {
+                // Every line before the first unanswered one is applied or reported; nothing
+                // after it was sent once the writer stopped.
+                let accounted = (writer.firstUnaccountedLine ?? number + 1) - 1
+                summary["stopped"] = stopped.description
+                summary["resume_from"] = accounted + 1
+                text += "; stopped: \(stopped.description); every line through \(accounted) is applied or reported: resume from line \(accounted + 1)"
+            } else if interruption != 0 {
+                let name = interruption == SIGINT ? "SIGINT" : "SIGTERM"
+                summary["interrupted"] = name
+                text += "; stopped by \(name) after line \(number): resume from line \(number + 1)"
+            } else if strict && refused > 0 {
+                summary["stopped"] = true
+                text += "; stopped at line \(number) (--strict): resume after fixing it"
+            }
+            if writer.resends > 0 { summary["reconnections"] = writer.resends }
+            connection.print(summary, text: text)
+            if let stopped { throw ExitCode(Self.exitCode(stopped)) }
+            if interruption != 0 { throw ExitCode(128 + interruption) }
+            if refused > 0 { throw ExitCode(ExitCode32.invalidInput) }
+        }
 
-            // A signal stops reading; no SA_RESTART, so that a read waiting for input returns.
+        /// The exit code of a stopped writer: the daemon's refusal of this peer, or unavailable.
+        private static func exitCode(_ stopped: ResumableWriter.Stopped) -> Int32 {
+            stopped.reason == .refused ? ExitCode32.permissionDenied : ExitCode32.unavailable
+        }
+
+        /// SIGINT and SIGTERM stop reading; no SA_RESTART, so that a read waiting for input returns.
+        private static func catchInterruptions() {
             for signalNumber in [SIGINT, SIGTERM] {
                 var action = sigaction()
                 action.__sigaction_handler.sa_handler = { pubInterruption.store($0, ordering: .relaxed) }
@@ -74,47 +135,6 @@ extension Beacon {
             sigaddset(&unblocked, SIGINT)
             sigaddset(&unblocked, SIGTERM)
             pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
-            var number = 0
-            var progress = ProgressLine()
-
-            while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0),
-                  let line = readLine(strippingNewline: true) {
-                number += 1
-                progress.show("beacon pub: line \(number), \(committed) committed, \(refused) refused")
-                if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
-                let op: Beacon_V1_Request.OneOf_Op
-                switch Self.parse(line) {
-                case .success(let parsed): op = parsed
-                case .failure(let problem):
-                    refused += 1
-                    warn("beacon: line \(number): \(problem.message)")
-                    continue
-                }
-                do {
-                    lineOf[try client.send(op)] = number
-                } catch {
-                    connection.fail(error)
-                }
-                while lineOf.count >= max(window, 1) { receiveOne() }
-            }
-            while !lineOf.isEmpty { receiveOne() }
-            progress.clear()
-            let interruption = pubInterruption.load(ordering: .relaxed)
-            var summary: [String: Any] = ["committed": committed, "refused": refused, "first_revision": firstRevision,
-                                          "last_revision": lastRevision, "lines": number]
-            var text = committed == 0 ? "committed nothing, refused \(refused)"
-                : "committed \(committed) write\(committed == 1 ? "" : "s") (revisions \(firstRevision)–\(lastRevision)), refused \(refused)"
-            if interruption != 0 {
-                let name = interruption == SIGINT ? "SIGINT" : "SIGTERM"
-                summary["interrupted"] = name
-                text += "; stopped by \(name) after line \(number): resume from line \(number + 1)"
-            } else if strict && refused > 0 {
-                summary["stopped"] = true
-                text += "; stopped at line \(number) (--strict): resume after fixing it"
-            }
-            connection.print(summary, text: text)
-            if interruption != 0 { throw ExitCode(128 + interruption) }
-            if refused > 0 { throw ExitCode(ExitCode32.invalidInput) }
         }
 
         struct LineProblem: Error { let message: String }

@@ -137,6 +137,19 @@ struct Connection: ParsableArguments {
         return made
     }
 
+    /// A client for a ``ResumableWriter``: one that does not reconnect by itself, made anew
+    /// for each connection. A daemon absent now is an error to retry, not a reason to exit.
+    func writerClient() throws(WireError) -> WireClient {
+        let environment = ProcessInfo.processInfo.environment
+        if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
+            return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint,
+                                  curve: try curveCredentials(), requestTimeoutMilliseconds: 1000, reconnects: false)
+        }
+        return try WireClient(requestEndpoint: WireEndpoint.request(inRuntimeDirectory: runtimeDirectory),
+                              publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory),
+                              requestTimeoutMilliseconds: 1000, reconnects: false)
+    }
+
     private func makeClient() throws -> WireClient {
         let environment = ProcessInfo.processInfo.environment
         do {
@@ -199,7 +212,7 @@ struct Connection: ParsableArguments {
     func fail(_ error: WireError) -> Never {
         let code: Int32
         switch error.kind {
-        case .timeout, .transport: code = ExitCode32.unavailable
+        case .timeout, .transport, .connectionLost: code = ExitCode32.unavailable
         case .malformedReply: code = ExitCode32.daemonError
         case .refused: code = ExitCode32.permissionDenied
         case .rejected:
