@@ -95,25 +95,25 @@ struct ReplyBoundsTests {
         #expect(try root.stats().slowReadersClosed == closed)
     }
 
-    /// Small replies count too. A connection pipelining pings and reading nothing had libzmq
-    /// queue up to 100,000 replies for it (about 20 MB; times `connections_per_peer` for one
-    /// peer) outside every bound in bytes. Now libzmq takes a few thousand, and the rest wait in
-    /// the daemon, counted, until the connection's bound closes it.
+    /// Small replies count too. A connection pipelining small requests and reading nothing had
+    /// libzmq queue up to 100,000 replies for it (about 20 MB; times `connections_per_peer` for
+    /// one peer) outside every bound in bytes. Now libzmq takes 4,096, and the rest wait in the
+    /// daemon, counted, until the connection's bound closes it.
     @Test func smallRepliesANeverReadingConnectionPilesUpCountTowardItsBound() throws {
         let (daemon, _) = try daemonWithConfiguration("reply_buffer_bytes = 1048576")
         defer { daemon.stop() }
         let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
+        // A Get of this key is a reply of about 230 bytes: under the 256 counted as they go out.
+        _ = try root.put("small.k", .with { $0.bytesValue = Data(repeating: 7, count: 200) })
         let context = try ZMQContext()
         let pipeliner = try ZMQSocket(context, type: .dealer, linger: 0)
         try pipeliner.setReceiveHighWaterMark(1)
         try pipeliner.setSendHighWaterMark(0)
         try pipeliner.connect(WireEndpoint.request(inRuntimeDirectory: daemon.runtimeDirectory))
-        for id in 1...100_000 {
-            let ping: [UInt8] = try Beacon_V1_Request.with { $0.id = UInt64(id); $0.ping = .init() }.serializedBytes()
-            _ = try pipeliner.send(ping)
-        }
+        let get: [UInt8] = try Beacon_V1_Request.with { $0.id = 1; $0.get = .with { $0.key = "small.k" } }.serializedBytes()
+        for _ in 1...20_000 { _ = try pipeliner.send(get) }
         var stats = try root.stats()
-        #expect(waitUntil(seconds: 60) {
+        #expect(waitUntil(seconds: 90) {
             stats = (try? root.stats()) ?? stats
             return stats.slowReadersClosed == 1
         }, "the connection was not closed: \(stats.replyBytesKept) bytes of replies kept, \(stats.requests) requests read")
