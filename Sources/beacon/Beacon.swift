@@ -176,6 +176,26 @@ struct Connection: ParsableArguments {
         }
     }
 
+    /// Applies one write exactly once: with a write id, sent again on a new connection when the
+    /// daemon stops or restarts meanwhile (``ResumableWriter``). A refusal, or no daemon within
+    /// `--timeout`, ends the command with one line on stderr and the documented exit code.
+    func write(_ op: Beacon_V1_Request.OneOf_Op) -> Beacon_V1_WriteReply {
+        _ = try! client()  // the same checks as every command first
+        let outcomes: [ResumableWriter.Outcome]
+        do {
+            let writer = try ResumableWriter(window: 1, patienceMilliseconds: timeout, connect: writerClient)
+            outcomes = try writer.submit(op, line: 1) + writer.finish()
+        } catch {
+            die("beacon: \(error); the write may or may not have been applied",
+                code: error.reason == .refused ? ExitCode32.permissionDenied : ExitCode32.unavailable)
+        }
+        switch outcomes.first {
+        case .committed(_, let reply)?: return reply
+        case .refused(_, let error)?: fail(WireError(kind: .rejected, message: error.message, reply: error))
+        case nil: die("beacon: no answer to the write", code: ExitCode32.unavailable)
+        }
+    }
+
     /// Runs `body`, turning wire errors into one line on stderr and the documented exit code.
     func run<T>(_ body: (WireClient) throws(WireError) -> T) -> T {
         let client = try! self.client()
@@ -475,10 +495,13 @@ extension Beacon {
             default: die("beacon: unknown --type '\(type!)' (json, string, int, double, bool, null, bytes)", code: ExitCode32.usage)
             }
             guard let parsed else { die("beacon: '\(text)' is not a valid \(type ?? "value")", code: ExitCode32.invalidInput) }
-            let reply = connection.run { (client) throws(WireError) in
-                try client.put(key, parsed, ifVersion: ifVersion, createOnly: create, ttlMilliseconds: ttl,
-                               timeoutMilliseconds: connection.timeout)
-            }
+            let reply = connection.write(.put(.with {
+                $0.key = key
+                $0.value = parsed
+                if let ifVersion { $0.ifVersion = ifVersion }
+                $0.createOnly = create
+                $0.ttlMs = ttl
+            }))
             connection.print(["key": key, "revision": reply.revision, "version": reply.versions.first ?? 0],
                              text: "\(key) = \(parsed.jsonText) at revision \(reply.revision) (version \(reply.versions.first ?? 0))")
         }
@@ -542,9 +565,10 @@ extension Beacon {
                 guard ifVersion == nil else { die("beacon: --if-version applies to one key, not to --prefix", code: ExitCode32.usage) }
                 return deletePrefix()
             }
-            let reply = connection.run { (client) throws(WireError) in
-                try client.delete(key, ifVersion: ifVersion, timeoutMilliseconds: connection.timeout)
-            }
+            let reply = connection.write(.delete(.with {
+                $0.key = key
+                if let ifVersion { $0.ifVersion = ifVersion }
+            }))
             connection.print(["key": key, "revision": reply.revision], text: "\(key) deleted at revision \(reply.revision)")
         }
 
@@ -606,9 +630,7 @@ extension Beacon {
                 }
             }
             guard !ops.isEmpty else { die("beacon: no operations on standard input", code: ExitCode32.usage) }
-            let reply = connection.run { (client) throws(WireError) in
-                try client.transaction(ops, timeoutMilliseconds: connection.timeout)
-            }
+            let reply = connection.write(.txn(.with { $0.ops = ops }))
             connection.print(["operations": ops.count, "revision": reply.revision],
                              text: "applied \(ops.count) operation\(ops.count == 1 ? "" : "s") at revision \(reply.revision)")
         }
