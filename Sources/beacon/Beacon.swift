@@ -12,6 +12,7 @@ enum ExitCode32 {
     static let invalidInput: Int32 = 65
     static let unavailable: Int32 = 69
     static let daemonError: Int32 = 70
+    static let cannotCreate: Int32 = 73
     static let outputClosed: Int32 = 74
     static let permissionDenied: Int32 = 77
 }
@@ -767,20 +768,34 @@ extension Beacon {
                 FILE.partial, synced, then renamed. Needs read=* in the daemon's access rules. \
                 Restore: stop beacond, put FILE in place of the state directory's journal.sqlite \
                 (remove journal.sqlite-wal and journal.sqlite-shm), start beacond. The copy has an \
-                epoch of its own, so clients of the restored daemon resync.
+                epoch of its own, so clients of the restored daemon resync. FILE `-` writes the copy \
+                to standard output (not a terminal) and the summary to standard error; --force \
+                replaces a regular file only, never a device, pipe, directory or symbolic link.
                 """)
         @OptionGroup var connection: Connection
-        @Argument(help: ArgumentHelp("Where to write the copy.", valueName: "file")) var file: String
-        @Flag(name: .long, help: "Replace FILE if it exists.") var force = false
+        @Argument(help: ArgumentHelp("Where to write the copy (- for standard output).", valueName: "file")) var file: String
+        @Flag(name: .long, help: "Replace FILE if it is a regular file that exists.") var force = false
 
         func run() throws {
-            if !force && FileManager.default.fileExists(atPath: file) {
-                die("beacon: \(file) exists; use --force to replace it", code: ExitCode32.usage)
-            }
+            let toStandardOutput = file == "-"
             let partial = file + ".partial"
-            unlink(partial)
-            let fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput) }
+            let fd: Int32
+            if toStandardOutput {
+                if isatty(STDOUT_FILENO) == 1 {
+                    die("beacon: refusing to write a journal copy to a terminal; redirect standard output or give a file", code: ExitCode32.usage)
+                }
+                fd = STDOUT_FILENO
+            } else {
+                if let problem = replacementProblem(file) { die(problem.message, code: problem.code) }
+                unlink(partial)
+                fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+                guard fd >= 0 else { die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate) }
+            }
+            /// Leaves nothing behind and ends the command.
+            func abandon(_ message: String, code: Int32) -> Never {
+                if !toStandardOutput { close(fd); unlink(partial) }
+                die(message, code: code)
+            }
             var token = Data()
             var offset: UInt64 = 0
             var last = Beacon_V1_BackupReply()
@@ -793,27 +808,68 @@ extension Beacon {
                     try client.call(.backup(request), timeoutMilliseconds: max(connection.timeout, wait))
                 }
                 guard case .backup(let chunk) = reply.result, chunk.offset == offset else {
-                    close(fd); unlink(partial)
-                    die("beacon: unexpected reply to a backup request", code: ExitCode32.daemonError)
+                    abandon("beacon: unexpected reply to a backup request", code: ExitCode32.daemonError)
                 }
-                if !chunk.data.isEmpty {
-                    let written = chunk.data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                    guard written == chunk.data.count else {
-                        close(fd); unlink(partial)
-                        die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput)
+                if !chunk.data.isEmpty && !Self.writeAll(chunk.data, to: fd) {
+                    let reason = String(cString: strerror(errno))
+                    if toStandardOutput {
+                        abandon("beacon: cannot write to standard output: \(reason)",
+                                code: errno == EPIPE ? ExitCode32.outputClosed : ExitCode32.cannotCreate)
                     }
+                    abandon("beacon: cannot write \(partial): \(reason)", code: ExitCode32.cannotCreate)
                 }
                 token = chunk.token
                 offset += UInt64(chunk.data.count)
                 last = chunk
                 if chunk.done { break }
             }
+            let summary: [String: Any] = ["file": file, "bytes": last.size, "revision": last.revision, "epoch": last.epoch]
+            let text = "wrote \(toStandardOutput ? "the copy to standard output" : file): \(last.size) bytes, "
+                + "every change through revision \(last.revision) (epoch \(last.epoch))"
+            if toStandardOutput {
+                warn(connection.json ? jsonLine(summary) : text)
+                return
+            }
+            // Checked again: something may have appeared at FILE meanwhile.
+            if let problem = replacementProblem(file) { abandon(problem.message, code: problem.code) }
             guard fsync(fd) == 0, close(fd) == 0, rename(partial, file) == 0 else {
                 unlink(partial)
-                die("beacon: cannot finish \(file): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput)
+                die("beacon: cannot finish \(file): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate)
             }
-            connection.print(["file": file, "bytes": last.size, "revision": last.revision, "epoch": last.epoch],
-                             text: "wrote \(file): \(last.size) bytes, every change through revision \(last.revision) (epoch \(last.epoch))")
+            connection.print(summary, text: text)
+        }
+
+        /// Why the copy may not go to `path`: it is not a regular file, or it exists without --force.
+        private func replacementProblem(_ path: String) -> (message: String, code: Int32)? {
+            var status = stat()
+            guard lstat(path, &status) == 0 else { return nil }
+            let kind = status.st_mode & S_IFMT
+            guard kind == S_IFREG else {
+                let what = switch kind {
+                case S_IFLNK: "a symbolic link"
+                case S_IFDIR: "a directory"
+                case S_IFIFO: "a pipe"
+                case S_IFCHR, S_IFBLK: "a device"
+                case S_IFSOCK: "a socket"
+                default: "not a regular file"
+                }
+                return ("beacon: \(path) is \(what); a backup replaces only a regular file (or give - for standard output)", ExitCode32.cannotCreate)
+            }
+            return force ? nil : ("beacon: \(path) exists; use --force to replace it", ExitCode32.usage)
+        }
+
+        /// Writes all of `data` (retrying short writes and EINTR); false on an error, in `errno`.
+        private static func writeAll(_ data: Data, to fd: Int32) -> Bool {
+            data.withUnsafeBytes { buffer in
+                var offset = 0
+                while offset < buffer.count {
+                    let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                    if written < 0 && errno == EINTR { continue }
+                    guard written > 0 else { return false }
+                    offset += written
+                }
+                return true
+            }
         }
     }
 

@@ -703,4 +703,51 @@ struct CLITests {
         #expect(now.kvs == then.kvs)
         #expect(now.kvs.count >= 2_000)
     }
+
+    /// `backup FILE --force` replaced whatever FILE was: as root `backup /dev/full --force` left a
+    /// regular file where the device was, and a pipe or a symbolic link (the link itself) went
+    /// the same way; `-` wrote a file named `-`.
+    @Test func backupReplacesOnlyARegularFileAndWritesToStandardOutputWithADash() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        _ = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory).put("b.k", .with { $0.intValue = 1 })
+        func kind(_ path: String) -> mode_t {
+            var status = stat()
+            return lstat(path, &status) == 0 ? status.st_mode & S_IFMT : 0
+        }
+        try "kept".write(toFile: dir + "/target", atomically: true, encoding: .utf8)
+        #expect(symlink(dir + "/target", dir + "/link") == 0)
+        #expect(mkfifo(dir + "/fifo", 0o600) == 0)
+        var refused: [(String, mode_t)] = [(dir + "/link", S_IFLNK), (dir + "/fifo", S_IFIFO), (dir, S_IFDIR)]
+        if getuid() == 0 && mknod(dir + "/full", S_IFCHR | 0o600, dev_t(1 << 8 | 7)) == 0 { refused.append((dir + "/full", S_IFCHR)) }
+        for (path, expected) in refused {
+            let run = try await beacon(["backup", path, "--force"], runtimeDirectory: daemon.runtimeDirectory)
+            #expect(run.status == 73, "\(path): \(run.stderr)")
+            #expect(run.stderr.contains("replaces only a regular file"), "\(run.stderr)")
+            #expect(kind(path) == expected, "\(path) was replaced")
+        }
+        #expect(try String(contentsOfFile: dir + "/target", encoding: .utf8) == "kept")
+        #expect(try await beacon(["backup", dir + "/target"], runtimeDirectory: daemon.runtimeDirectory).status == 64)
+        #expect(try await beacon(["backup", dir + "/target", "--force"], runtimeDirectory: daemon.runtimeDirectory).status == 0)
+
+        // `-`: the copy on standard output, the summary on standard error.
+        let copy = dir + "/stdout.sqlite"
+        _ = FileManager.default.createFile(atPath: copy, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacon"))
+        process.arguments = ["backup", "-", "--json", "--runtime-dir", daemon.runtimeDirectory]
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
+        let errors = Pipe()
+        process.standardError = errors
+        try process.runSerially()
+        let summaryData = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(String(decoding: summaryData, as: UTF8.self))")
+        let summary = try #require(try JSONSerialization.jsonObject(with: summaryData) as? [String: Any])
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: copy))
+        #expect(summary["bytes"] as? Int == bytes.count)
+        #expect(bytes.starts(with: Array("SQLite format 3\u{0}".utf8)))
+        #expect(!FileManager.default.fileExists(atPath: daemon.runtimeDirectory + "/-"))
+    }
 }
