@@ -69,6 +69,10 @@ public final class ResumableWriter {
     private var upstreamUnavailableSince: UInt64?
     /// How many times the writer sent its unanswered writes again.
     public private(set) var resends = 0
+    /// New connections since the last answer: a write that ends every connection it is sent on
+    /// (one libzmq will not take) must not be sent for ever.
+    private var reconnectionsWithoutAnswer = 0
+    private static let reconnectionsWithoutAnswerLimit = 3
 
     /// Connects with `connect` (called again for each new connection; it must make a client with
     /// `reconnects: false`) and learns the journal's epoch.
@@ -152,6 +156,7 @@ public final class ResumableWriter {
         guard let index = indexOfRequest.removeValue(forKey: reply.id) else { return }
         let now = DispatchTime.now().uptimeNanoseconds
         lastProgress = now
+        reconnectionsWithoutAnswer = 0
         let line = pending[index].line
         switch reply.result {
         case .write(let write):
@@ -199,6 +204,11 @@ public final class ResumableWriter {
     /// `restoring` is a write whose answer asked for it to be sent again.
     private func resendAfterReconnecting(restoring: Int? = nil) throws(Stopped) {
         if let restoring { indexOfRequest[pending[restoring].requestID] = restoring }
+        reconnectionsWithoutAnswer += 1
+        if reconnectionsWithoutAnswer > Self.reconnectionsWithoutAnswerLimit {
+            throw Stopped(reason: .unavailable, description: "the connection to the daemon at \(client.requestEndpoint) ended "
+                + "\(Self.reconnectionsWithoutAnswerLimit) times in a row before any answer")
+        }
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(patienceMilliseconds) * 1_000_000
         let (fresh, freshEpoch) = try Self.connectAndPing(connect, until: deadline, patience: patienceMilliseconds)
         guard freshEpoch == epoch else {

@@ -60,10 +60,18 @@ extension Beacon {
             var number = 0
             var progress = ProgressLine()
             var stopped: ResumableWriter.Stopped?
-            while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0),
-                  let line = readLine(strippingNewline: true) {
+            var input = StandardInput.Lines()
+            while pubInterruption.load(ordering: .relaxed) == 0, !(strict && refused > 0), let next = input.next() {
                 number += 1
                 progress.show("beacon pub: line \(number), \(committed) committed, \(refused) refused")
+                let line: String
+                switch next {
+                case .text(let text): line = text
+                case .tooLong, .notUTF8:
+                    refused += 1
+                    warn("beacon: line \(number): " + (next.isTooLong ? "longer than \(StandardInput.limit) bytes" : "not valid UTF-8"))
+                    continue
+                }
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
                 switch Self.parse(line) {
                 case .success(let op):
@@ -139,8 +147,18 @@ extension Beacon {
 
         struct LineProblem: Error { let message: String }
 
-        /// The write one input line asks for.
+        /// The write one input line asks for; a value over the protocol's 1 MiB is refused here,
+        /// with its line, rather than sent.
         static func parse(_ line: String) -> Result<Beacon_V1_Request.OneOf_Op, LineProblem> {
+            let parsed = parseUnchecked(line)
+            // A value's encoding is no longer than its line (and a few bytes of framing).
+            guard line.utf8.count > WireLimits.maxValueBytes - 64, case .success(.put(let put)) = parsed,
+                  let encoded: [UInt8] = try? put.value.serializedBytes(), encoded.count > WireLimits.maxValueBytes else { return parsed }
+            let size = encoded.count
+            return .failure(LineProblem(message: "a value of \(size) bytes; the most is \(WireLimits.maxValueBytes)"))
+        }
+
+        private static func parseUnchecked(_ line: String) -> Result<Beacon_V1_Request.OneOf_Op, LineProblem> {
             if line.first == "{" {
                 let record: Beacon_V1_Value
                 do {

@@ -464,7 +464,17 @@ extension Beacon {
 
         func run() throws {
             let fromInput = value == "-"
-            let raw: [UInt8] = fromInput ? readStandardInput() : Array(value.utf8)
+            let raw: [UInt8]
+            if fromInput {
+                // A value is at most 1 MiB; its text (JSON, base64) somewhat more.
+                guard let read = StandardInput.all(limit: 4 * WireLimits.maxValueBytes) else {
+                    die("beacon: standard input is longer than \(4 * WireLimits.maxValueBytes) bytes; a value is at most \(WireLimits.maxValueBytes) bytes",
+                        code: ExitCode32.invalidInput)
+                }
+                raw = read
+            } else {
+                raw = Array(value.utf8)
+            }
             guard var text = String(validating: raw, as: UTF8.self) ?? (type == "bytes" ? "" : nil) else {
                 die("beacon: standard input is not valid UTF-8; text values are UTF-8 (raw bytes: --type bytes)",
                     code: ExitCode32.invalidInput)
@@ -620,8 +630,15 @@ extension Beacon {
         func run() throws {
             var ops: [Beacon_V1_TxnOp] = []
             var number = 0
-            while let line = readLine(strippingNewline: true) {
+            var input = StandardInput.Lines()
+            while let next = input.next() {
                 number += 1
+                let line: String
+                switch next {
+                case .text(let text): line = text
+                case .tooLong: die("beacon: line \(number): longer than \(StandardInput.limit) bytes; nothing applied", code: ExitCode32.invalidInput)
+                case .notUTF8: die("beacon: line \(number): not valid UTF-8; nothing applied", code: ExitCode32.invalidInput)
+                }
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
                 switch Pub.parse(line) {
                 case .success(.put(let put)): ops.append(.with { $0.put = put })
@@ -940,14 +957,4 @@ extension Beacon {
     }
 }
 
-/// All of standard input, as bytes.
-func readStandardInput() -> [UInt8] {
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let count = buffer.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
-        if count < 0 && errno == EINTR { continue }
-        if count <= 0 { return bytes }
-        bytes.append(contentsOf: buffer[..<count])
-    }
-}
+

@@ -47,9 +47,19 @@ private func runBlocking(_ path: String, _ arguments: [String], input: String?, 
     process.standardInput = inPipe
     try process.runSerially()
     if let input {
-        let data = Data(input.utf8)
+        // A tool that exits before reading all of its input closes the pipe: the rest is dropped
+        // (EPIPE, with SIGPIPE ignored), where FileHandle.write would end the test process.
+        signal(SIGPIPE, SIG_IGN)
+        let bytes = Array(input.utf8)
         Thread.detachNewThread {
-            inPipe.fileHandleForWriting.write(data)
+            let fd = inPipe.fileHandleForWriting.fileDescriptor
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { break }
+                offset += written
+            }
             try? inPipe.fileHandleForWriting.close()
         }
     } else {
@@ -749,5 +759,31 @@ struct CLITests {
         #expect(summary["bytes"] as? Int == bytes.count)
         #expect(bytes.starts(with: Array("SQLite format 3\u{0}".utf8)))
         #expect(!FileManager.default.fileExists(atPath: daemon.runtimeDirectory + "/-"))
+    }
+
+    /// A request over 16 MiB was blamed on the daemon ("no reply … is beacond running?", 69)
+    /// after the timeout, and reading standard input had no bound (`set k - < /dev/zero` reached
+    /// 1.3 GB in 2 s). Now the CLI refuses it at once, naming the line.
+    @Test func inputOverTheProtocolsLimitsIsRefusedLocallyWithItsLine() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let huge = String(repeating: "a", count: 20_000_000)
+        let set = try await beacon(["set", "k", "-"], input: huge, runtimeDirectory: run)
+        #expect(set.status == 65, "\(set.stderr)")
+        #expect(set.stderr.contains("a value is at most 1048576 bytes"), "\(set.stderr)")
+        let lines = ["ok.a 1", String(repeating: "a", count: 17_000_000), "ok.b 2",
+                     "big.v \"\(String(repeating: "b", count: 1_100_000))\"", "ok.c 3"]
+        let pub = try await beacon(["pub", "--json"], input: lines.joined(separator: "\n") + "\n", runtimeDirectory: run)
+        #expect(pub.status == 65, "\(pub.stderr)")
+        #expect(pub.stderr.contains("line 2: longer than 16777216 bytes"), "\(pub.stderr)")
+        #expect(pub.stderr.contains("line 4: a value of"), "\(pub.stderr)")
+        #expect(try pub.json()["committed"] as? Int == 3)
+        let txn = try await beacon(["txn"], input: "t.a 1\n" + String(repeating: "a", count: 17_000_000) + "\n", runtimeDirectory: run)
+        #expect(txn.status == 65, "\(txn.stderr)")
+        #expect(txn.stderr.contains("line 2: longer than"), "\(txn.stderr)")
+        let wire = try WireClient.patient(runtimeDirectory: run)
+        #expect(try wire.snapshot(prefix: "").kvs.map(\.key) == ["ok.a", "ok.b", "ok.c"])
     }
 }
