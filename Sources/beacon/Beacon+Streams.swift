@@ -226,6 +226,10 @@ extension Beacon {
         @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
 
+        func validate() throws {
+            if let from, let to, from > to { throw ValidationError("--from \(from) is after --to \(to): no revision is in that range") }
+        }
+
         func run() throws {
             var progress = ProgressLine()
             var count = 0

@@ -721,6 +721,9 @@ extension Beacon {
                     return false
                 }
                 if let from {
+                    if from > follower.through + 1 {
+                        warn("beacon: --from \(from) is above the head (revision \(follower.through)): changes before revision \(from) are not shown")
+                    }
                     var start = from
                     while start <= follower.through {
                         let page = try client.history(prefix, exact: false, from: start, to: follower.through,
@@ -769,6 +772,10 @@ extension Beacon {
         @Flag(name: .long, help: "Treat the argument as a prefix.") var prefix = false
         @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
         @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
+
+        func validate() throws {
+            if let from, let to, from > to { throw ValidationError("--from \(from) is after --to \(to): no revision is in that range") }
+        }
         func run() throws {
             connection.forEachChange(of: key, exact: !prefix, from: from ?? 0, to: to ?? 0) { event in
                 connection.print(event)

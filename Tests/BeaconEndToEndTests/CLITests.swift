@@ -786,4 +786,39 @@ struct CLITests {
         let wire = try WireClient.patient(runtimeDirectory: run)
         #expect(try wire.snapshot(prefix: "").kvs.map(\.key) == ["ok.a", "ok.b", "ok.c"])
     }
+
+    /// `watch --from` above the head said nothing and showed nothing; `replay --from 50 --to 10`
+    /// exited 0 with no output.
+    @Test func aRangeThatCannotHoldAnythingIsSaidSo() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let wire = try WireClient.patient(runtimeDirectory: run)
+        for index in 1...2 { _ = try wire.put("w.k\(index)", .with { $0.intValue = Int64(index) }) }
+        for command in [["replay"], ["history", "w.k1"]] {
+            let ranged = try await beacon(command + ["--from", "50", "--to", "10"], runtimeDirectory: run)
+            #expect(ranged.status == 64, "\(command): \(ranged.stderr)")
+            #expect(ranged.stderr.contains("--from 50 is after --to 10"), "\(ranged.stderr)")
+        }
+
+        // Above the head (2): the watch says so, then shows revision 5 on, not 3 and 4.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try binary("beacon"))
+        process.arguments = ["watch", "w.", "--from", "5", "--count", "1", "--json", "--runtime-dir", run]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.runSerially()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        var warning = Data()
+        #expect(waitUntil(seconds: 30) {
+            warning += err.fileHandleForReading.availableData
+            return String(decoding: warning, as: UTF8.self).contains("--from 5 is above the head (revision 2)")
+        }, "\(String(decoding: warning, as: UTF8.self))")
+        for index in 3...5 { _ = try wire.put("w.k\(index)", .with { $0.intValue = Int64(index) }) }
+        let printed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.waitUntilExit(orKillAfterSeconds: 30))
+        #expect(printed.split(separator: "\n").count == 1 && printed.contains("\"w.k5\""), "\(printed)")
+    }
 }
