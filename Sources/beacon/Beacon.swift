@@ -211,6 +211,15 @@ struct Connection: ParsableArguments {
     /// in order, a page of history at a time; the next page is asked for before `body` sees this
     /// one, so that the daemon reads it meanwhile.
     func forEachChange(of prefix: String, exact: Bool, from: UInt64, to: UInt64, _ body: (Beacon_V1_Event) -> Void) {
+        var from = from
+        // Asked from a compacted revision: what is kept is shown instead (the state of each key
+        // at the compaction point, then every change after), with a line on stderr saying so.
+        let compacted = from == 0 ? 0 : run { (client) throws(WireError) in try client.ping(timeoutMilliseconds: timeout) }.compactedRevision
+        if from > 0 && from <= compacted {
+            warn("beacon: changes through revision \(compacted) were compacted; showing what is kept from revision \(compacted) on "
+                 + "(the state of each key then, and every change after)")
+            from = 0
+        }
         func ask(from start: UInt64) -> UInt64 {
             run { (client) throws(WireError) in
                 try client.send(.history(.with {
@@ -725,12 +734,19 @@ extension Beacon {
                         warn("beacon: --from \(from) is above the head (revision \(follower.through)): changes before revision \(from) are not shown")
                     }
                     var start = from
-                    while start <= follower.through {
-                        let page = try client.history(prefix, exact: false, from: start, to: follower.through,
-                                                      timeoutMilliseconds: connection.timeout)
-                        for event in page.events where show(event) { return }
-                        guard page.more else { break }
-                        start = page.revision + 1
+                    do throws(WireError) {
+                        while start <= follower.through {
+                            let page = try client.history(prefix, exact: false, from: start, to: follower.through,
+                                                          timeoutMilliseconds: connection.timeout)
+                            for event in page.events where show(event) { return }
+                            guard page.more else { break }
+                            start = page.revision + 1
+                        }
+                    } catch where error.reply?.code == .compacted {
+                        // The changes from --from on are gone: a resync says so, with every
+                        // current value (none was shown yet), and the watch goes on from there.
+                        known = [:]
+                        if showResync(at: follower.through) { return }
                     }
                 } else {
                     for kv in follower.state.values.sorted(by: { $0.key < $1.key }) where isWanted(kv.key) {

@@ -821,4 +821,33 @@ struct CLITests {
         #expect(process.waitUntilExit(orKillAfterSeconds: 30))
         #expect(printed.split(separator: "\n").count == 1 && printed.contains("\"w.k5\""), "\(printed)")
     }
+
+    /// With compaction: `watch --from 1` exited 70 where the docs promise a `resync` record, and
+    /// `history c.k` started at the compaction point while `history c.k --from` it was refused.
+    @Test func compactedHistoryShowsWhatIsKeptAndAWatchFromBeforeItResyncs() async throws {
+        let (daemon, _) = try daemonWithConfiguration("retention_revisions = 5\ncompaction_interval_s = 1")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let wire = try WireClient.patient(runtimeDirectory: run)
+        for index in 1...20 { _ = try wire.put("c.k", .with { $0.intValue = Int64(index) }) }
+        #expect(waitUntil(seconds: 60) { ((try? wire.ping().compactedRevision) ?? 0) >= 15 })
+        let compacted = try wire.ping().compactedRevision
+
+        let plain = try await beacon(["history", "c.k", "--json"], runtimeDirectory: run)
+        let ranged = try await beacon(["history", "c.k", "--json", "--from", "\(compacted)"], runtimeDirectory: run)
+        #expect(ranged.status == 0, "\(ranged.stderr)")
+        #expect(ranged.stdout == plain.stdout, "from the compaction point: what is kept, as without --from")
+        #expect(try ranged.json()["revision"] as? Int == Int(compacted))
+        #expect(ranged.stderr.contains("changes through revision \(compacted) were compacted"), "\(ranged.stderr)")
+        let after = try await beacon(["history", "c.k", "--json", "--from", "\(compacted + 2)"], runtimeDirectory: run)
+        #expect(after.status == 0 && after.stderr.isEmpty, "\(after.stderr)")
+        #expect(try after.json()["revision"] as? Int == Int(compacted + 2))
+
+        let watch = try await beacon(["watch", "c.", "--from", "1", "--count", "1", "--json"], runtimeDirectory: run)
+        #expect(watch.status == 0, "\(watch.stderr)")
+        #expect(try watch.json(0)["op"] as? String == "resync")
+        #expect(try watch.json(1)["key"] as? String == "c.k")
+        #expect(try watch.json(1)["value"] as? Int == 20)
+        #expect(try watch.json(1)["resync"] as? Bool == true)
+    }
 }
