@@ -573,13 +573,15 @@ extension Beacon {
                 With --prefix, the keys under the prefix are deleted in one transaction, at one \
                 revision, each on condition that it has not changed since it was listed (a key that \
                 changed meanwhile makes it list and try again). A transaction holds at most \
-                1,024 operations: a prefix with more keys is refused; delete narrower ones.
+                1,024 operations: more keys are deleted in transactions of 1,024, in key order, \
+                each at a revision of its own (a reader may see part of the prefix gone meanwhile); \
+                if it is interrupted, run it again to delete the rest.
                 """,
             aliases: ["del", "rm"])
         @OptionGroup var connection: Connection
         @Argument(help: "The key, or the prefix with --prefix.") var key: String
         @Option(name: .long, help: ArgumentHelp("Delete only if the key is at this version.", valueName: "n")) var ifVersion: UInt64?
-        @Flag(name: .long, help: "Delete every key under the argument, at one revision.") var prefix = false
+        @Flag(name: .long, help: "Delete every key under the argument (at one revision up to 1,024 keys).") var prefix = false
         func run() throws {
             if prefix {
                 guard ifVersion == nil else { die("beacon: --if-version applies to one key, not to --prefix", code: ExitCode32.usage) }
@@ -593,36 +595,51 @@ extension Beacon {
         }
 
         private func deletePrefix() {
-            for _ in 0..<10 {
+            var deleted = 0, transactions = 0
+            var firstRevision: UInt64 = 0, lastRevision: UInt64 = 0
+            var conflicts = 0
+            listing: while true {
                 let listed = connection.run { (client) throws(WireError) in
                     try client.snapshot(prefix: key, timeoutMilliseconds: connection.timeout)
                 }
-                if listed.kvs.isEmpty {
-                    connection.print(["prefix": key, "deleted": 0], text: "nothing under \(key)")
-                    return
+                // In key order, a transaction of at most 1,024 at a time, each key on condition
+                // that it has not changed since the listing.
+                for start in stride(from: 0, to: listed.kvs.count, by: WireLimits.maxTxnOps) {
+                    let chunk = listed.kvs[start..<min(start + WireLimits.maxTxnOps, listed.kvs.count)]
+                    let ops = chunk.map { kv in
+                        Beacon_V1_TxnOp.with { $0.delete = .with { $0.key = kv.key; $0.ifVersion = kv.version } }
+                    }
+                    do {
+                        let reply = try connection.client().transaction(ops, timeoutMilliseconds: connection.timeout)
+                        deleted += ops.count
+                        transactions += 1
+                        if firstRevision == 0 { firstRevision = reply.revision }
+                        lastRevision = reply.revision
+                    } catch let error as WireError where error.reply?.code == .versionConflict || error.reply?.code == .notFound {
+                        // A key changed or went since the listing: list what is left again.
+                        conflicts += 1
+                        guard conflicts < 10 else {
+                            die("beacon: the keys under \(key) kept changing; deleted \(deleted) in \(transactions) transactions, run it again for the rest",
+                                code: ExitCode32.conflict)
+                        }
+                        continue listing
+                    } catch let error as WireError {
+                        if deleted > 0 { warn("beacon: deleted \(deleted) keys under \(key) before this; run it again for the rest") }
+                        connection.fail(error)
+                    } catch {
+                        die("beacon: \(error)", code: ExitCode32.daemonError)
+                    }
                 }
-                guard listed.kvs.count <= WireLimits.maxTxnOps else {
-                    die("beacon: \(listed.kvs.count) keys under \(key): one transaction deletes at most \(WireLimits.maxTxnOps); delete narrower prefixes",
-                        code: ExitCode32.invalidInput)
-                }
-                let ops = listed.kvs.map { kv in
-                    Beacon_V1_TxnOp.with { $0.delete = .with { $0.key = kv.key; $0.ifVersion = kv.version } }
-                }
-                do {
-                    let client = try connection.client()
-                    let reply = try client.transaction(ops, timeoutMilliseconds: connection.timeout)
-                    connection.print(["prefix": key, "deleted": ops.count, "revision": reply.revision],
-                                     text: "deleted \(ops.count) key\(ops.count == 1 ? "" : "s") under \(key) at revision \(reply.revision)")
-                    return
-                } catch let error as WireError where error.reply?.code == .versionConflict || error.reply?.code == .notFound {
-                    continue  // a key changed or went since the listing
-                } catch let error as WireError {
-                    connection.fail(error)
-                } catch {
-                    die("beacon: \(error)", code: ExitCode32.daemonError)
-                }
+                break
             }
-            die("beacon: the keys under \(key) kept changing; nothing deleted", code: ExitCode32.conflict)
+            guard deleted > 0 else {
+                connection.print(["prefix": key, "deleted": 0], text: "nothing under \(key)")
+                return
+            }
+            let revisions = firstRevision == lastRevision ? "at revision \(lastRevision)"
+                : "in \(transactions) transactions (revisions \(firstRevision)–\(lastRevision))"
+            connection.print(["prefix": key, "deleted": deleted, "revision": lastRevision, "first_revision": firstRevision, "transactions": transactions],
+                             text: "deleted \(deleted) key\(deleted == 1 ? "" : "s") under \(key) \(revisions)")
         }
     }
 

@@ -850,4 +850,27 @@ struct CLITests {
         #expect(try watch.json(1)["value"] as? Int == 20)
         #expect(try watch.json(1)["resync"] as? Bool == true)
     }
+
+    /// `delete --prefix` of more keys than a transaction holds (1,024) was refused, with advice
+    /// that keys `sg.n1…sg.n64792` cannot follow. Now it deletes them in transactions of 1,024.
+    @Test func deletingAPrefixOfMoreKeysThanATransactionHoldsTakesSeveral() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let run = daemon.runtimeDirectory
+        let input = (1...3_000).map { "sg.n\($0) \($0)" }.joined(separator: "\n") + "\nsh.kept 1\n"
+        #expect(try await beacon(["pub"], input: input, runtimeDirectory: run).status == 0)
+        let deleted = try await beacon(["delete", "--prefix", "sg.", "--json"], runtimeDirectory: run)
+        #expect(deleted.status == 0, "\(deleted.stderr)")
+        #expect(try deleted.json()["deleted"] as? Int == 3_000)
+        #expect(try deleted.json()["transactions"] as? Int == 3)
+        let wire = try WireClient.patient(runtimeDirectory: run)
+        #expect(try wire.snapshot(prefix: "sg.").kvs.isEmpty)
+        #expect(try wire.snapshot(prefix: "sh.").kvs.count == 1)
+        let small = try await beacon(["delete", "--prefix", "sh.", "--json"], runtimeDirectory: run)
+        #expect(try small.json()["transactions"] as? Int == 1)
+        #expect(try small.json()["first_revision"] as? Int == small.json()["revision"] as? Int)
+        let none = try await beacon(["delete", "--prefix", "sg."], runtimeDirectory: run)
+        #expect(none.status == 0 && none.stdout.contains("nothing under sg."), "\(none.stdout)")
+    }
 }
