@@ -28,9 +28,13 @@ extension Beacon {
                 terminal, progress is shown on stderr.
                 """)
         @OptionGroup var connection: Connection
-        @Option(name: .long, help: ArgumentHelp("Writes in flight at once.", valueName: "n")) var window = 1000
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Writes in flight at once.", valueName: "n")) var window = 1000
         @Flag(name: .long, help: "Stop reading at the first refused line (writes already in flight still complete).")
         var strict = false
+
+        func validate() throws {
+            if window < 1 { throw ValidationError("--window must be at least 1") }
+        }
 
         func run() throws {
             // The same checks as every command first: a usage error, or no daemon at all, ends it here.
@@ -223,8 +227,8 @@ extension Beacon {
                 """)
         @OptionGroup var connection: Connection
         @Argument(help: "The prefix (default: every key).") var prefix: String = ""
-        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
-        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
 
         func validate() throws {
             if let from, let to, from > to { throw ValidationError("--from \(from) is after --to \(to): no revision is in that range") }

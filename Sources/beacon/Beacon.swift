@@ -67,7 +67,8 @@ struct Connection: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Publish endpoint, e.g. tcp://127.0.0.1:7402 (with --endpoint).", valueName: "endpoint"))
     var pubEndpoint: String?
 
-    @Option(name: .long, help: ArgumentHelp("Milliseconds to wait for the daemon.", valueName: "ms"))
+    // Unconditional: `--timeout -5` is a bad value, not a missing one.
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Milliseconds to wait for the daemon.", valueName: "ms"))
     var timeout: Int = 5000
 
     @Option(name: .long, help: ArgumentHelp("The daemon's CURVE public key, or a file holding it, for tcp endpoints ($BEACON_SERVER_KEY).", valueName: "key|file"))
@@ -79,19 +80,24 @@ struct Connection: ParsableArguments {
     @Flag(name: .long, help: "Print JSON lines instead of text.")
     var json = false
 
-    /// CURVE credentials from the options or the environment; `nil` when none are given.
-    func curveCredentials() throws(WireError) -> CurveCredentials? {
+    func validate() throws {
+        if timeout < 1 { throw ValidationError("--timeout must be at least 1 ms") }
+    }
+
+    /// CURVE credentials from the options or the environment; `nil` when none are given. Half
+    /// of them, or a key that does not load, ends the command as a usage error (64).
+    func curveCredentials() -> CurveCredentials? {
         let environment = ProcessInfo.processInfo.environment
         let server = serverKey ?? environment["BEACON_SERVER_KEY"]
         let file = keyFile ?? environment["BEACON_KEY_FILE"]
         guard server != nil || file != nil else { return nil }
         guard let server, let file else {
-            throw WireError(kind: .refused, message: "CURVE needs both --server-key and --key-file")
+            die("beacon: CURVE needs both --server-key and --key-file (or $BEACON_SERVER_KEY and $BEACON_KEY_FILE)", code: ExitCode32.usage)
         }
         do {
             return try CurveCredentials.load(serverKey: server, keyFile: file, serverKeySetting: "--server-key", keyFileSetting: "--key-file")
         } catch {
-            throw WireError(kind: .refused, message: error.description)
+            die("beacon: \(error.description)", code: ExitCode32.usage)
         }
     }
 
@@ -144,7 +150,7 @@ struct Connection: ParsableArguments {
         let environment = ProcessInfo.processInfo.environment
         if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
             return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint,
-                                  curve: try curveCredentials(), requestTimeoutMilliseconds: 1000, reconnects: false)
+                                  curve: curveCredentials(), requestTimeoutMilliseconds: 1000, reconnects: false)
         }
         return try WireClient(requestEndpoint: WireEndpoint.request(inRuntimeDirectory: runtimeDirectory),
                               publishEndpoint: WireEndpoint.publish(inRuntimeDirectory: runtimeDirectory),
@@ -159,7 +165,7 @@ struct Connection: ParsableArguments {
                 for candidate in [endpoint, publishEndpoint] {
                     if let problem = WireEndpoint.problem(endpoint: candidate) { die("beacon: \(problem)", code: ExitCode32.usage) }
                 }
-                return try WireClient(requestEndpoint: endpoint, publishEndpoint: publishEndpoint, curve: try curveCredentials())
+                return try WireClient(requestEndpoint: endpoint, publishEndpoint: publishEndpoint, curve: curveCredentials())
             }
             let directory = runtimeDirectory
             let socket = directory + "/" + WireEndpoint.requestSocketName
@@ -467,9 +473,9 @@ extension Beacon {
         @Argument(help: "The key, e.g. net.wifi.ssid.") var key: String
         @Argument(help: "The value: JSON (1, 1.0, true, {\"a\":1}) or any other text as a string; - reads it from standard input.") var value: String
         @Option(name: .long, help: ArgumentHelp("Force the type: json, string, int, double, bool, null, bytes (base64; raw with -).", valueName: "type")) var type: String?
-        @Option(name: .long, help: ArgumentHelp("Write only if the key is at this version (0: absent).", valueName: "n")) var ifVersion: UInt64?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Write only if the key is at this version (0: absent).", valueName: "n")) var ifVersion: UInt64?
         @Flag(name: .long, help: "Write only if the key does not exist.") var create = false
-        @Option(name: .long, help: ArgumentHelp("Delete the key after this many milliseconds.", valueName: "ms")) var ttl: UInt64 = 0
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Delete the key after this many milliseconds.", valueName: "ms")) var ttl: UInt64 = 0
 
         func run() throws {
             let fromInput = value == "-"
@@ -506,9 +512,9 @@ extension Beacon {
                 }
             case "string": parsed = .with { $0.stringValue = text }
             case "int": parsed = Int64(text).map { v in .with { $0.intValue = v } }
-            case "double": parsed = Double(text).map { v in .with { $0.doubleValue = v } }
+            case "double": parsed = Double(text).flatMap { v in v.isFinite ? .with { $0.doubleValue = v } : nil }
             case "bool": parsed = Bool(text).map { v in .with { $0.boolValue = v } }
-            case "null": parsed = .with { $0.nullValue = .nullValue }
+            case "null": parsed = text == "null" || text.isEmpty ? .with { $0.nullValue = .nullValue } : nil
             case "bytes":
                 let bytes = fromInput ? Data(raw) : Data(base64Encoded: text)
                 parsed = bytes.map { v in .with { $0.bytesValue = v } }
@@ -580,7 +586,7 @@ extension Beacon {
             aliases: ["del", "rm"])
         @OptionGroup var connection: Connection
         @Argument(help: "The key, or the prefix with --prefix.") var key: String
-        @Option(name: .long, help: ArgumentHelp("Delete only if the key is at this version.", valueName: "n")) var ifVersion: UInt64?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Delete only if the key is at this version.", valueName: "n")) var ifVersion: UInt64?
         @Flag(name: .long, help: "Delete every key under the argument (at one revision up to 1,024 keys).") var prefix = false
         func run() throws {
             if prefix {
@@ -674,6 +680,10 @@ extension Beacon {
                 }
             }
             guard !ops.isEmpty else { die("beacon: no operations on standard input", code: ExitCode32.usage) }
+            guard ops.count <= WireLimits.maxTxnOps else {
+                die("beacon: \(ops.count) operations on standard input; a transaction holds at most \(WireLimits.maxTxnOps) (beacon pub applies lines one by one)",
+                    code: ExitCode32.invalidInput)
+            }
             let reply = connection.write(.txn(.with { $0.ops = ops }))
             connection.print(["operations": ops.count, "revision": reply.revision],
                              text: "applied \(ops.count) operation\(ops.count == 1 ? "" : "s") at revision \(reply.revision)")
@@ -705,9 +715,12 @@ extension Beacon {
             aliases: ["sub"])
         @OptionGroup var connection: Connection
         @Argument(help: "Prefixes to follow (default: every key).") var prefixes: [String] = []
-        @Option(name: .long, help: ArgumentHelp("Stop after this many changes.", valueName: "n")) var count: Int?
-        @Option(name: .long, help: ArgumentHelp("Replay the journal's changes from this revision first, instead of printing the current values.", valueName: "rev"))
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Stop after this many changes.", valueName: "n")) var count: Int?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Replay the journal's changes from this revision first, instead of printing the current values.", valueName: "rev"))
         var from: UInt64?
+        func validate() throws {
+            if let count, count < 1 { throw ValidationError("--count must be at least 1") }
+        }
         func run() throws {
             var printed = 0
             let wanted = prefixes.isEmpty ? [""] : prefixes
@@ -803,8 +816,8 @@ extension Beacon {
         @OptionGroup var connection: Connection
         @Argument(help: "A key, or a prefix with --prefix.") var key: String
         @Flag(name: .long, help: "Treat the argument as a prefix.") var prefix = false
-        @Option(name: .long, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
-        @Option(name: .long, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("First revision (default: oldest retained).", valueName: "rev")) var from: UInt64?
+        @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Last revision (default: head).", valueName: "rev")) var to: UInt64?
 
         func validate() throws {
             if let from, let to, from > to { throw ValidationError("--from \(from) is after --to \(to): no revision is in that range") }
@@ -952,11 +965,11 @@ extension Beacon {
                 // Created with its final mode, so that the secret is never readable by others.
                 unlink(path)
                 let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode_t(mode))
-                guard fd >= 0 else { die("beacon: cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCode32.invalidInput) }
+                guard fd >= 0 else { die("beacon: cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate) }
                 let bytes = Array(file.text.utf8)
                 let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
                 close(fd)
-                guard written == bytes.count else { die("beacon: cannot write \(path)", code: ExitCode32.invalidInput) }
+                guard written == bytes.count else { die("beacon: cannot write \(path)", code: ExitCode32.cannotCreate) }
             }
             writeLine(keys.publicKey)
         }
