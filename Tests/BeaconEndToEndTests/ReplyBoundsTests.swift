@@ -97,7 +97,7 @@ struct ReplyBoundsTests {
 
     /// Small replies count too. A connection pipelining small requests and reading nothing had
     /// libzmq queue up to 100,000 replies for it (about 20 MB; times `connections_per_peer` for
-    /// one peer) outside every bound in bytes. Now libzmq takes 4,096, and the rest wait in the
+    /// one peer) outside every bound in bytes. Now libzmq takes 16,384, and the rest wait in the
     /// daemon, counted, until the connection's bound closes it.
     @Test func smallRepliesANeverReadingConnectionPilesUpCountTowardItsBound() throws {
         let (daemon, _) = try daemonWithConfiguration("reply_buffer_bytes = 1048576")
@@ -111,7 +111,7 @@ struct ReplyBoundsTests {
         try pipeliner.setSendHighWaterMark(0)
         try pipeliner.connect(WireEndpoint.request(inRuntimeDirectory: daemon.runtimeDirectory))
         let get: [UInt8] = try Beacon_V1_Request.with { $0.id = 1; $0.get = .with { $0.key = "small.k" } }.serializedBytes()
-        for _ in 1...20_000 { _ = try pipeliner.send(get) }
+        for _ in 1...40_000 { _ = try pipeliner.send(get) }
         var stats = try root.stats()
         #expect(waitUntil(seconds: 90) {
             stats = (try? root.stats()) ?? stats
