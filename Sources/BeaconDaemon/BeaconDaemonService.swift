@@ -15,6 +15,18 @@ public struct ReloadSignals: Sendable {
     }
 }
 
+/// SIGTERM and SIGINT, trapped from the moment a value is made: a stop asked for while the
+/// server starts (after it answers its first request, before the service group traps them) is
+/// then a clean stop, not the end of the process with its sockets and writes left behind.
+public struct StopSignals: Sendable {
+    let signals: UnixSignalsSequence
+
+    /// Traps SIGTERM and SIGINT from now on.
+    public init() async {
+        signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
+    }
+}
+
 /// Runs a ``BeaconServer`` as a swift-service-lifecycle `Service`: started by `run()` unless it
 /// was started already (so a caller can report start-up failures first), stopped cleanly
 /// (pending writes committed and answered, journal closed) on graceful shutdown, and reloaded
@@ -26,21 +38,25 @@ public struct BeaconDaemonService: Service {
     private let logger: Logger
     private let loadConfiguration: (@Sendable () throws -> DaemonConfiguration)?
     private let reloadSignals: ReloadSignals?
+    private let stopSignals: StopSignals?
 
     /// Creates a service for `server`.
     /// - Parameters:
     ///   - notifier: told of reloads (`RELOADING=1`, then `READY=1`).
     ///   - reloadSignals: SIGHUP, trapped before the server started; `nil`: trapped when the
     ///     service runs, which leaves a window in which a SIGHUP ends the process.
+    ///   - stopSignals: SIGTERM and SIGINT, trapped before the server started: each stops it
+    ///     cleanly; `nil`: only the service group's graceful shutdown does.
     ///   - loadConfiguration: reads the configuration again on SIGHUP; a configuration that does
     ///     not load is logged and the running one is kept. `nil`: SIGHUP is not handled.
     public init(server: BeaconServer, notifier: SystemdNotifier? = nil, logger: Logger = Logger(label: "beacond"),
-                reloadSignals: ReloadSignals? = nil,
+                reloadSignals: ReloadSignals? = nil, stopSignals: StopSignals? = nil,
                 loadConfiguration: (@Sendable () throws -> DaemonConfiguration)? = nil) {
         self.server = server
         self.notifier = notifier
         self.logger = logger
         self.reloadSignals = reloadSignals
+        self.stopSignals = stopSignals
         self.loadConfiguration = loadConfiguration
     }
 
@@ -52,6 +68,15 @@ public struct BeaconDaemonService: Service {
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await server.waitUntilStopped() }
+                if let stopSignals {
+                    group.addTask {
+                        for await _ in stopSignals.signals {
+                            server.requestStop()
+                            break
+                        }
+                        await server.waitUntilStopped()
+                    }
+                }
                 if let loadConfiguration {
                     let notifier = notifier
                     let logger = logger

@@ -117,6 +117,7 @@ struct Beacond: AsyncParsableCommand {
         // Trapped before the server answers anyone: an early SIGHUP is then a queued reload,
         // not the end of the process.
         let reloadSignals = await ReloadSignals()
+        let stopSignals = await StopSignals()
         let server: BeaconServer
         let notifier = SystemdNotifier()
         do {
@@ -133,7 +134,7 @@ struct Beacond: AsyncParsableCommand {
         }
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: BeaconDaemonService(server: server, notifier: notifier, logger: logger,
-                                                          reloadSignals: reloadSignals) {
+                                                          reloadSignals: reloadSignals, stopSignals: stopSignals) {
                 try self.loadConfiguration()
             })],
             gracefulShutdownSignals: [.sigterm, .sigint],

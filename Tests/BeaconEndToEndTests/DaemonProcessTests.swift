@@ -8,6 +8,19 @@ import BeaconTestSupport
 
 @Suite(.timeLimit(.minutes(2)), .serialized, .offThePool)
 struct DaemonProcessTests {
+    /// A SIGTERM that came once the daemon answered, but before the service group trapped the
+    /// signal, ended the process at once: exit by signal 15, sockets left behind (seen on a
+    /// loaded machine). Stop signals are trapped before the server starts now.
+    @Test func aSIGTERMTheMomentTheDaemonAnswersIsACleanStop() throws {
+        let dir = try temporaryDirectory()
+        for trial in 0..<20 {
+            let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+            let status = daemon.stop()
+            #expect(daemon.process.terminationReason == .exit && status == 0, "trial \(trial): \(daemon.process.terminationReason) \(status)")
+            #expect(!FileManager.default.fileExists(atPath: dir + "/run/" + WireEndpoint.requestSocketName), "trial \(trial)")
+        }
+    }
+
     @Test func killNineLosesNoAcknowledgedWriteAndRevisionsContinue() async throws {
         let dir = try temporaryDirectory()
         var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
