@@ -87,6 +87,7 @@ public final class ResumableWriter {
         runID = (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0 ... .max)) }.joined()
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(patienceMilliseconds) * 1_000_000
         (client, epoch) = try Self.connectAndPing(connect, until: deadline, patience: patienceMilliseconds)
+        lastProgress = DispatchTime.now().uptimeNanoseconds
     }
 
     /// The first submitted line not answered yet; `nil` when every submitted line is answered.
@@ -203,31 +204,35 @@ public final class ResumableWriter {
     /// Connects anew (same journal, or stop) and sends every unanswered write again, in order.
     /// `restoring` is a write whose answer asked for it to be sent again.
     private func resendAfterReconnecting(restoring: Int? = nil) throws(Stopped) {
-        if let restoring { indexOfRequest[pending[restoring].requestID] = restoring }
-        reconnectionsWithoutAnswer += 1
-        if reconnectionsWithoutAnswer > Self.reconnectionsWithoutAnswerLimit {
-            throw Stopped(reason: .unavailable, description: "the connection to the daemon at \(client.requestEndpoint) ended "
-                + "\(Self.reconnectionsWithoutAnswerLimit) times in a row before any answer")
-        }
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(patienceMilliseconds) * 1_000_000
-        let (fresh, freshEpoch) = try Self.connectAndPing(connect, until: deadline, patience: patienceMilliseconds)
-        guard freshEpoch == epoch else {
-            throw Stopped(reason: .journalReplaced, description: "the daemon's journal was replaced (epoch \(epoch), now \(freshEpoch))")
-        }
-        client = fresh
-        resends += 1
-        lastProgress = DispatchTime.now().uptimeNanoseconds
-        let unanswered = Set(indexOfRequest.values)
-        indexOfRequest.removeAll(keepingCapacity: true)
-        for index in pendingStart..<pending.count where unanswered.contains(index) {
-            do {
-                let id = try client.send(pending[index].op)
+        var unanswered = Set(indexOfRequest.values)
+        if let restoring { unanswered.insert(restoring) }
+        let inOrder = unanswered.sorted()
+        while true {
+            reconnectionsWithoutAnswer += 1
+            if reconnectionsWithoutAnswer > Self.reconnectionsWithoutAnswerLimit {
+                throw Stopped(reason: .unavailable, description: "the connection to the daemon at \(client.requestEndpoint) ended "
+                    + "\(Self.reconnectionsWithoutAnswerLimit) times in a row before any answer")
+            }
+            let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(patienceMilliseconds) * 1_000_000
+            let (fresh, freshEpoch) = try Self.connectAndPing(connect, until: deadline, patience: patienceMilliseconds)
+            guard freshEpoch == epoch else {
+                throw Stopped(reason: .journalReplaced, description: "the daemon's journal was replaced (epoch \(epoch), now \(freshEpoch))")
+            }
+            client = fresh
+            resends += 1
+            lastProgress = DispatchTime.now().uptimeNanoseconds
+            // Request ids are the new client's own: the old ones mean nothing any more.
+            indexOfRequest.removeAll(keepingCapacity: true)
+            var sentAll = true
+            for index in inOrder {
+                guard let id = try? client.send(pending[index].op) else {
+                    sentAll = false  // lost again: every one of them once more, on the next connection
+                    break
+                }
                 pending[index].requestID = id
                 indexOfRequest[id] = index
-            } catch {
-                // Lost again: the next answer wait notices, and this starts over.
-                return
             }
+            if sentAll { return }
         }
     }
 
