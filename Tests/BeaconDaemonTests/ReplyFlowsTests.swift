@@ -51,6 +51,29 @@ struct ReplyFlowsTests {
         return handed
     }
 
+    /// A peer's count of what libzmq holds outlived its connections: one entry per uid or tcp
+    /// address ever seen, for the daemon's life.
+    @Test func aPeersCountGoesWithItsLastConnectionOnceLibzmqLetsGo() {
+        var flows = ReplyFlows(limits: Self.limits)
+        let zmq = Zmq()
+        for connection in UInt8(1)...100 {
+            flows.connected(id(connection), fd: Int32(connection), peer: .user(UInt32(6000) + UInt32(connection)))
+        }
+        flows.connected(id(101), fd: 101, peer: .user(6001))  // a second connection of the first peer
+        #expect(offer(&flows, zmq, 1, 1, size: 50) == "send")
+        #expect(flows.peersCounted == 100)
+        for connection in UInt8(2)...100 { flows.disconnected(fd: Int32(connection)) }
+        #expect(flows.peersCounted == 1)
+        flows.disconnected(fd: 1)
+        #expect(flows.peersCounted == 1, "its other connection is open")
+        flows.disconnected(fd: 101)
+        #expect(flows.peersCounted == 1, "libzmq still holds its reply")
+        zmq.writeOut(1)
+        flows.connected(id(102), fd: 102, peer: .user(6001))
+        flows.disconnected(fd: 102)
+        #expect(flows.peersCounted == 0)
+    }
+
     @Test func repliesAreHandedAsLibzmqWritesThemAndWaitInOrderMeanwhile() {
         var flows = ReplyFlows(limits: Self.limits)
         let zmq = Zmq()

@@ -117,6 +117,8 @@ struct ReplyFlows {
     private var waitingByPeer: [ConnectionPeer: Int] = [:]
     /// What libzmq holds for each peer's connections, and for all.
     private var inFlightByPeer: [ConnectionPeer: BytesInFlight] = [:]
+    /// How many peers' counts of what libzmq holds are kept (each goes with its last connection).
+    var peersCounted: Int { inFlightByPeer.count }
     private let inFlightTotal = BytesInFlight()
     /// Connections with replies waiting.
     private var blocked: Set<RoutingID> = []
@@ -330,6 +332,11 @@ struct ReplyFlows {
         if byDescriptor[flow.fd] == id { byDescriptor[flow.fd] = nil }
         blocked.remove(id)
         countWaiting(-flow.waitingBytes, of: flow.peer)
+        // A peer's count goes with its last connection, once libzmq holds nothing for it (else
+        // a later connection of the peer finds it, with what is still held).
+        if let peerCount = inFlightByPeer[flow.peer], peerCount.value == 0, !flows.values.contains(where: { $0.peer == flow.peer }) {
+            inFlightByPeer[flow.peer] = nil
+        }
     }
 
     /// Adds `bytes` (or takes them off, when negative) to what waits in all and for `peer`.
