@@ -109,14 +109,19 @@ func everything(_ client: WireClient) throws -> [Beacon_V1_KeyValue] {
 
 /// Runs transactions setting `keys(i)` to i = 1, 2, … on the daemon in `runtimeDirectory`, each
 /// retried with its write id until acknowledged, until `stop` says so; each acknowledged i goes
-/// to `acknowledged`, then `after` runs, on the same connection.
+/// to `acknowledged`, then `after` runs, on the same connection. A transaction sent but not yet
+/// acknowledged when `stop` says so may have been applied: it is retried until it is (60 s at
+/// most), so that the last acknowledged i is the last applied.
 func writeTransactions(on runtimeDirectory: String, keys: @escaping @Sendable (Int) -> [String], until stop: @escaping @Sendable () -> Bool,
                        acknowledged: @escaping @Sendable (Int) -> Void, group: DispatchGroup,
                        after: @escaping @Sendable (WireClient, Int) -> Void = { _, _ in }) {
     DispatchQueue.global().async(group: group) {
         guard let client = try? WireClient.patient(runtimeDirectory: runtimeDirectory) else { return }
         var i = 1
-        while !stop() {
+        var unacknowledged = false
+        var stoppedAt: ContinuousClock.Instant?
+        while !stop() || (unacknowledged && ContinuousClock.now < (stoppedAt ?? .now) + .seconds(60)) {
+            if stoppedAt == nil && stop() { stoppedAt = .now }
             let ops: [Beacon_V1_TxnOp] = keys(i).map { key in
                 .with { $0.put = .with { $0.key = key; $0.value = .with { $0.intValue = Int64(i) } } }
             }
@@ -124,6 +129,9 @@ func writeTransactions(on runtimeDirectory: String, keys: @escaping @Sendable (I
                 acknowledged(i)
                 after(client, i)
                 i += 1
+                unacknowledged = false
+            } else {
+                unacknowledged = true
             }
         }
     }
@@ -553,10 +561,16 @@ struct RelayTests {
         #expect(set.status == 0, "\(set.stderr)")
         #expect(try await beacon(["get", "cli.a"], runtimeDirectory: run).stdout == "1\n", "read-your-writes through the relay")
         // The current value, then one change.
-        let watcher = Task { try await beacon(["watch", "cli.", "--json", "--count", "1"], runtimeDirectory: run) }
         let wire = try WireClient.patient(runtimeDirectory: run)
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let requestsBefore = try wire.stats().requests
+        let watcher = Task { try await beacon(["watch", "cli.", "--json", "--count", "1"], runtimeDirectory: run) }
+        // The relay has read the watch's snapshot request (beside each Stats of these polls): a
+        // write from now on is a change to the watch, not one of its current values.
+        var polls: UInt64 = 0
+        #expect(waitUntil(seconds: 30) {
+            polls += 1
+            return ((try? wire.stats().requests) ?? 0) >= requestsBefore + polls + 1
+        }, "the watch asked for its snapshot")
         _ = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).put("cli.b", .with { $0.intValue = 2 })
         let watched = try await watcher.value
         #expect(watched.status == 0, "\(watched.stderr)")
