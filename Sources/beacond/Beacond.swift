@@ -133,10 +133,12 @@ struct Beacond: AsyncParsableCommand {
             Self.fail("beacond: \(error.message)", code: code)
         }
         let group = ServiceGroup(configuration: .init(
+            // The service also ends by itself on a stop signal trapped before the group ran: that
+            // is a clean end, not a failure.
             services: [.init(service: BeaconDaemonService(server: server, notifier: notifier, logger: logger,
                                                           reloadSignals: reloadSignals, stopSignals: stopSignals) {
                 try self.loadConfiguration()
-            })],
+            }, successTerminationBehavior: .gracefullyShutdownGroup)],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger))
         try await group.run()
