@@ -84,8 +84,10 @@ extension AccessTests {
             #expect(daemon.stderr.contains("subscriber connection closed: \(reason)"), "\(daemon.stderr.suffix(1000))")
         }
         let growth = try processMemory(of: pid, "VmRSS") - before
-        // ThreadSanitizer's shadow memory multiplies what an allocation costs.
-        #expect(growth < (Self.sanitized ? 256 : 64) << 20, "beacond grew by \(growth >> 20) MiB for subscriptions it refused")
+        // Unbounded, this flood cost 650 MB. Bounded, what libzmq reads before the close takes
+        // effect depends on how fast the daemon's loop runs: up to 100 MiB beside the whole
+        // suite and a busy core. ThreadSanitizer's shadow memory multiplies every allocation.
+        #expect(growth < (Self.sanitized ? 384 : 160) << 20, "beacond grew by \(growth >> 20) MiB for subscriptions it refused")
         _ = try root.put("app.after", .with { $0.intValue = 1 })
         #expect(try root.get("app.after").value.intValue == 1, "root is served")
     }
