@@ -336,6 +336,18 @@ public final class WireClient {
         return events
     }
 
+    /// Every retained change of a key (`exact`) or prefix, oldest first, a page at a time.
+    public func wholeHistory(_ prefix: String, exact: Bool = false) throws(WireError) -> [Beacon_V1_Event] {
+        var events: [Beacon_V1_Event] = []
+        var from: UInt64 = 0
+        while true {
+            let page = try history(prefix, exact: exact, from: from)
+            events += page.events
+            guard page.more else { return events }
+            from = page.revision + 1
+        }
+    }
+
     /// The daemon's identity and head.
     public func ping(timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_PingReply {
         let reply = try call(.ping(.init()), timeoutMilliseconds: timeoutMilliseconds)

@@ -106,15 +106,7 @@ struct PubRestartSoak: ParsableCommand {
 
     /// The keys of the journal's changes under `su.`, in revision order.
     private func journalKeys(_ runtimeDirectory: String) throws -> [String] {
-        let wire = try WireClient(runtimeDirectory: runtimeDirectory, requestTimeoutMilliseconds: 30_000)
-        var keys: [String] = []
-        var from: UInt64 = 0
-        while true {
-            let page = try wire.history("su.", from: from)
-            keys += page.events.map(\.change.key)
-            guard page.more else { return keys }
-            from = page.revision + 1
-        }
+        try WireClient(runtimeDirectory: runtimeDirectory, requestTimeoutMilliseconds: 30_000).wholeHistory("su.").map(\.change.key)
     }
 }
 

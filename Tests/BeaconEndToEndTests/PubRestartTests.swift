@@ -42,15 +42,7 @@ struct PubRestartTests {
 
     /// The keys of the journal's changes under `su.`, in revision order.
     static func journalKeys(_ runtimeDirectory: String) throws -> [String] {
-        let wire = try WireClient.patient(runtimeDirectory: runtimeDirectory)
-        var keys: [String] = []
-        var from: UInt64 = 0
-        while true {
-            let page = try wire.history("su.", from: from)
-            keys += page.events.map(\.change.key)
-            guard page.more else { return keys }
-            from = page.revision + 1
-        }
+        try WireClient.patient(runtimeDirectory: runtimeDirectory).wholeHistory("su.").map(\.change.key)
     }
 
     static func expectedKeys(through last: Int) -> [String] { last < 1 ? [] : (1...last).map { "su.n\($0)" } }
