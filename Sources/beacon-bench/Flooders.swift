@@ -92,7 +92,7 @@ struct Flooder {
         var held: [Int32] = []
         while !stop.load(ordering: .relaxed) {
             if held.count >= 1100 { close(held.removeFirst()) }
-            let fd = openTCP(port: UInt16(target.port))
+            let fd = connectLoopbackTCP(port: UInt16(target.port))
             counts.sent += 1
             if fd >= 0 { held.append(fd); counts.accepted += 1 } else { counts.refused += 1 }
         }
@@ -208,22 +208,4 @@ struct Flooder {
         subscriber.close()
         return counts
     }
-}
-
-/// A plain tcp connection to a loopback port; -1 when none could be made.
-private func openTCP(port: UInt16) -> Int32 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return -1 }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = port.bigEndian
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    if connected != 0 {
-        close(fd)
-        return -1
-    }
-    return fd
 }

@@ -95,18 +95,8 @@ extension AccessTests {
             // Paced: libzmq listens with a backlog of 100, and what overflows the kernel's accept
             // queue never reaches the daemon to be counted (on a loaded machine it did).
             if index % 50 == 49 { Thread.sleep(forTimeInterval: 0.1) }
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard connected == 0 else {
-                close(fd)
-                break
-            }
+            let fd = connectLoopbackTCP(port: port)
+            guard fd >= 0 else { break }
             held.append(fd)
         }
         #expect(held.count == 1100)

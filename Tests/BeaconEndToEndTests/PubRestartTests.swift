@@ -33,6 +33,16 @@ struct PubRestartTests {
         return (process, out)
     }
 
+    /// A daemon on new directories, and `beacon pub` of `lines` lines to it: the directory, the
+    /// daemon, pub and its stdout pipe.
+    static func pubOnNewDaemon(timeoutMilliseconds: Int) throws -> (String, DaemonProcess, Process, Pipe) {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        let (pub, out) = try startPub(reading: try inputFile(in: dir, count: lines),
+                                      runtimeDirectory: daemon.runtimeDirectory, timeoutMilliseconds: timeoutMilliseconds)
+        return (dir, daemon, pub, out)
+    }
+
     /// The summary pub printed, once it exits.
     static func summary(of process: Process, _ out: Pipe) throws -> [String: Any] {
         let output = out.fileHandleForReading.readDataToEndOfFile()
@@ -54,11 +64,8 @@ struct PubRestartTests {
     }
 
     @Test func everyLineIsAppliedOnceAndInOrderAcrossAStopAndAKillNine() throws {
-        let dir = try temporaryDirectory()
-        var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        var (dir, daemon, pub, out) = try Self.pubOnNewDaemon(timeoutMilliseconds: 60_000)
         defer { daemon.stop() }
-        let (pub, out) = try Self.startPub(reading: try Self.inputFile(in: dir, count: Self.lines),
-                                           runtimeDirectory: daemon.runtimeDirectory, timeoutMilliseconds: 60_000)
         defer { kill(pub.processIdentifier, SIGKILL) }
 
         try Self.waitForHead(5_000, daemon, while: pub)
@@ -78,11 +85,8 @@ struct PubRestartTests {
     }
 
     @Test func aReplacedJournalStopsPubAtTheFirstLineItCannotAccountFor() throws {
-        let dir = try temporaryDirectory()
-        var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        var (dir, daemon, pub, out) = try Self.pubOnNewDaemon(timeoutMilliseconds: 60_000)
         defer { daemon.stop() }
-        let (pub, out) = try Self.startPub(reading: try Self.inputFile(in: dir, count: Self.lines),
-                                           runtimeDirectory: daemon.runtimeDirectory, timeoutMilliseconds: 60_000)
         defer { kill(pub.processIdentifier, SIGKILL) }
 
         try Self.waitForHead(3_000, daemon, while: pub)
@@ -105,11 +109,8 @@ struct PubRestartTests {
     }
 
     @Test func aDaemonThatDoesNotComeBackStopsPubWithWhereToResume() throws {
-        let dir = try temporaryDirectory()
-        var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        var (dir, daemon, pub, out) = try Self.pubOnNewDaemon(timeoutMilliseconds: 2_000)
         defer { daemon.stop() }
-        let (pub, out) = try Self.startPub(reading: try Self.inputFile(in: dir, count: Self.lines),
-                                           runtimeDirectory: daemon.runtimeDirectory, timeoutMilliseconds: 2_000)
         defer { kill(pub.processIdentifier, SIGKILL) }
 
         try Self.waitForHead(3_000, daemon, while: pub)

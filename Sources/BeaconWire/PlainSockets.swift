@@ -58,3 +58,25 @@ public func unixSocketRefusesConnections(atPath path: String) -> Bool {
     }
     return errno == ECONNREFUSED
 }
+
+/// Opens a plain tcp connection to `port` on 127.0.0.1 (no ZMTP: the tools, benchmarks and
+/// tests that hold raw connections use it).
+/// - Returns: its descriptor, which the caller closes; -1 with `errno` set when none was made.
+public func connectLoopbackTCP(port: UInt16) -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { return -1 }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard connected == 0 else {
+        let reason = errno
+        close(fd)
+        errno = reason
+        return -1
+    }
+    return fd
+}
