@@ -18,6 +18,13 @@ struct RequestContext {
     var rights: AccessRights
 
     static let unrestricted = RequestContext(peer: "", rights: .everything)
+
+    /// A write id or session as the daemon keeps it: in the namespace of the peer that sent it
+    /// (its ZAP user id), so that no peer can replay, pre-claim, renew or end another's. Never sent
+    /// back to clients; journaled like this so that the namespaces survive a restart.
+    func owned(_ id: [UInt8]) -> [UInt8] {
+        Array(peer.utf8) + [0] + id
+    }
 }
 
 extension BeaconServer {
@@ -43,7 +50,7 @@ extension BeaconServer {
                 logger.debug("peer admitted", metadata: ["peer": "\(peer)"])
             } else {
                 counters.connectionsRefused += 1
-                if let held = logThrottle.admit("connection.refused", now: .now()) {
+                if let held = logThrottle.admit("connection.refused", now: clock.now()) {
                     logger.notice("connection refused", metadata: [
                         "peer": "\(peer?.description ?? "unidentified")", "domain": "\(frames[2].string)",
                         "mechanism": "\(frames[5].string)", "held.back": "\(held)"])
@@ -144,7 +151,7 @@ extension BeaconServer {
     /// (each message names it) closed so that it subscribes again, in step; the connection that
     /// sent the frame that put the pairing out of step is closed too.
     func drainSubscriptions() {
-        let now = MonotonicTime.now()
+        let now = clock.now()
         var refusedOutOfStep = 0
         /// Connections whose subscriptions were refused out of step: closed once the drain ends, so
         /// that they subscribe again (nil: one libzmq did not name, and only a reopening reaches it).
@@ -213,7 +220,7 @@ extension BeaconServer {
                 if let prefix {
                     // A prefix's last revision must count only published writes: commit and publish
                     // what is pending before computing it.
-                    if !publisher.tracker.isTracked(prefix) { flushWrites() }
+                    if !publisher.tracker.isTracked(prefix) { writes.flush() }
                     publisher.tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
                 }
                 if let bundled { publisher.subscribeBundles(of: bundled) }

@@ -7,7 +7,7 @@ extension BeaconServer {
     /// made; a chunk of a made copy is answered at once.
     func requestBackup(_ request: Beacon_V1_Backup, id: UInt64, route: ReplyRoute) throws(Refusal) {
         guard current.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "") }
-        let now = MonotonicTime.now()
+        let now = clock.now()
         guard request.token.isEmpty else {
             var reply = Beacon_V1_Reply()
             reply.id = id
@@ -16,10 +16,10 @@ extension BeaconServer {
             return
         }
         guard request.offset == 0 else { throw Refusal(.invalidArgument, "a new backup starts at offset 0") }
-        flushWrites()  // the journal is the loop's to use only with no commit in flight
-        try backups.begin(from: pipeline.journal, now: now, ticket: { replies.hold(route, at: store.headRevision) }, requestID: id)
+        writes.flush()  // the journal is the loop's to use only with no commit in flight
+        try backups.begin(from: writes.journal, now: now, ticket: { writes.hold(route) }, requestID: id)
         backupPacer.start()
-        logger.info("journal backup started", metadata: ["journal.bytes": "\(pipeline.sizeInBytes)"])
+        logger.info("journal backup started", metadata: ["journal.bytes": "\(writes.pipeline.sizeInBytes)"])
     }
 
     /// Nanoseconds until the loop should copy the next pages of a backup (0: now), or `nil` when
@@ -32,9 +32,9 @@ extension BeaconServer {
     /// Copies the next pages of the backup being made; once it is made, answers its request with
     /// the first chunk (or with the error that ended it).
     func backupStep() {
-        flushWrites()  // steps use the journal's connection: no commit may be in flight
+        writes.flush()  // steps use the journal's connection: no commit may be in flight
         let started = StepPacer.monotonicNanoseconds()
-        let progress = backups.step(pages: backupPacer.size, revision: pipeline.journal.headRevision, now: MonotonicTime.now())
+        let progress = backups.step(pages: backupPacer.size, revision: writes.journal.headRevision, now: clock.now())
         backupPacer.stepped(startedAt: started)
         var reply = Beacon_V1_Reply()
         switch progress {
@@ -43,21 +43,21 @@ extension BeaconServer {
         case .made(let making):
             reply.id = making.requestID
             do {
-                reply.backup = try backups.chunk(making.token, at: 0, now: MonotonicTime.now())
+                reply.backup = try backups.chunk(making.token, at: 0, now: clock.now())
                 logger.info("journal backup made", metadata: [
                     "revision": "\(reply.backup.revision)", "bytes": "\(reply.backup.size)",
                     "seconds": "\(Double(StepPacer.monotonicNanoseconds() - started) / 1e9)"])
             } catch {
                 counters.rejected += 1
-                reply.error = error.wire(headRevision: store.headRevision)
+                reply.error = error.wire(headRevision: writes.headRevision)
             }
-            replies.fill(making.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+            writes.fill(making.ticket, with: reply)
         case .failed(let making, let refusal):
             logger.error("journal backup failed", metadata: ["error": "\(refusal.message)"])
             counters.rejected += 1
             reply.id = making.requestID
-            reply.error = refusal.wire(headRevision: store.headRevision)
-            replies.fill(making.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+            reply.error = refusal.wire(headRevision: writes.headRevision)
+            writes.fill(making.ticket, with: reply)
         }
     }
 }

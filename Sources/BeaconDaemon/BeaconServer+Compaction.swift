@@ -18,20 +18,20 @@ extension BeaconServer {
     /// Starts a compaction through `revision` (announced at once; done in steps by
     /// ``compactionStepIfDue(busy:)``).
     func beginCompaction(through revision: UInt64) throws(JournalError) {
-        flushWrites()  // the journal is the loop's to use only with no commit in flight
-        guard try pipeline.journal.beginCompaction(through: revision) else { return }
-        store.dropTombstones(through: pipeline.compactedRevision)
+        writes.flush()  // the journal is the loop's to use only with no commit in flight
+        guard try writes.journal.beginCompaction(through: revision) else { return }
+        writes.dropTombstones()
         compactionSchedule.startedAt = StepPacer.monotonicNanoseconds()
         compactionSchedule.pacer.start()
-        logger.info("journal compaction started", metadata: ["journal.compacted": "\(pipeline.compactedRevision)"])
+        logger.info("journal compaction started", metadata: ["journal.compacted": "\(writes.pipeline.compactedRevision)"])
     }
 
     /// Starts the compaction the retention policy asks for, if any.
     func compactByPolicy() {
-        flushWrites()  // the journal is the loop's to use only with no commit in flight
+        writes.flush()  // the journal is the loop's to use only with no commit in flight
         do {
-            let target = try pipeline.journal.compactionTarget(for: live.retention)
-            if target > pipeline.compactedRevision { try beginCompaction(through: target) }
+            let target = try writes.journal.compactionTarget(for: live.retention, nowMilliseconds: clock.wallMilliseconds())
+            if target > writes.pipeline.compactedRevision { try beginCompaction(through: target) }
         } catch {
             logger.warning("compaction failed", metadata: ["error": "\(error)"])
         }
@@ -40,17 +40,17 @@ extension BeaconServer {
     /// Nanoseconds until the loop should run the next compaction step (0: now), or `nil` when no
     /// compaction is under way (paced by ``StepPacer``).
     func compactionStepWait(busy: Bool) -> UInt64? {
-        guard pipeline.isCompacting else { return nil }
+        guard writes.pipeline.isCompacting else { return nil }
         return compactionSchedule.pacer.wait(busy: busy)
     }
 
     /// Runs one step of the compaction under way, and answers its waiters when it finishes.
     func compactionStep() {
-        flushWrites()
+        writes.flush()
         let started = StepPacer.monotonicNanoseconds()
         let progress: CompactionProgress?
         do {
-            progress = try pipeline.journal.continueCompaction(rows: compactionSchedule.pacer.size)
+            progress = try writes.journal.continueCompaction(rows: compactionSchedule.pacer.size)
         } catch {
             logger.warning("compaction step failed; retrying in 1 s", metadata: ["error": "\(error)"])
             compactionSchedule.pacer.failed()
@@ -74,10 +74,10 @@ extension BeaconServer {
             var reply = Beacon_V1_Reply()
             reply.id = waiter.id
             reply.compact = .with {
-                $0.compactedRevision = pipeline.compactedRevision
+                $0.compactedRevision = writes.pipeline.compactedRevision
                 $0.removed = removed
             }
-            replies.fill(waiter.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+            writes.fill(waiter.ticket, with: reply)
         }
     }
 
@@ -85,8 +85,8 @@ extension BeaconServer {
     /// compaction it starts (or one under way that reaches as far) finishes.
     func requestCompaction(_ compact: Beacon_V1_Compact, id: UInt64, route: ReplyRoute) throws(Refusal) {
         guard current.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "") }
-        if compact.revision > store.headRevision {
-            throw Refusal(.futureRevision, "revision \(compact.revision) is above head \(store.headRevision)")
+        if compact.revision > writes.headRevision {
+            throw Refusal(.futureRevision, "revision \(compact.revision) is above head \(writes.headRevision)")
         }
         do {
             try beginCompaction(through: compact.revision)
@@ -94,14 +94,14 @@ extension BeaconServer {
             logger.error("compaction failed", metadata: ["error": "\(error)"])
             throw Refusal(.internal, error.description)
         }
-        if pipeline.isCompacting {
-            compactionSchedule.waiters.append((replies.hold(route, at: store.headRevision), id))
+        if writes.pipeline.isCompacting {
+            compactionSchedule.waiters.append((writes.hold(route), id))
             return
         }
         var reply = Beacon_V1_Reply()
         reply.id = id
         reply.compact = .with {
-            $0.compactedRevision = pipeline.compactedRevision
+            $0.compactedRevision = writes.pipeline.compactedRevision
             $0.removed = 0
         }
         send(reply, to: route)

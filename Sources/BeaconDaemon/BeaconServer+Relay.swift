@@ -77,14 +77,14 @@ extension BeaconServer {
             // the link starts with snapshots.
             let endpoint = UpstreamLink.Endpoint(request: settings.requestEndpoint, publish: publish, curve: settings.curve,
                                                  prefixes: settings.carriedPrefixes)
-            let journal = pipeline.journal
+            let journal = writes.journal
             let resumable = journal.contentScope == endpoint.scope
             if !resumable && journal.headRevision > 0 {
                 logger.notice("the journal holds no copy of these upstream prefixes: the relay takes them anew", metadata: [
                     "prefixes": "\(endpoint.prefixes)", "journal.head": "\(journal.headRevision)"])
             }
             let link = try UpstreamLink(endpoint: endpoint, context: context, after: resumable ? journal.headRevision : 0,
-                                        epoch: pipeline.epoch, logger: logger)
+                                        epoch: writes.epoch, logger: logger)
             relay = RelayState(link: link, ids: ids)
         } catch {
             throw DaemonError(.startup, "cannot open the upstream link: \(error)")
@@ -112,33 +112,31 @@ extension BeaconServer {
                 mirrorAdvanced()  // the upstream's epoch may be known now
             }
         }
-        if staged { submitStagedIfIdle() }
+        if staged { writes.submitStagedIfIdle() }
     }
 
     /// Applies whole upstream revisions to the store and stages them for the journal, with the
     /// upstream's revisions and versions; they are published and answered like any commit.
     /// - Returns: whether anything was staged.
     private func stageMirrored(epoch: UInt64, _ revisions: [[Beacon_V1_Event]]) -> Bool {
-        guard epoch == pipeline.epoch else {
+        guard epoch == writes.epoch else {
             // Never expected: the link takes a snapshot before revisions of another epoch.
             logger.error("the upstream link released revisions of another epoch; following again", metadata: [
-                "epoch": "\(epoch)", "journal.epoch": "\(pipeline.epoch)"])
-            flushWrites()
-            relay!.link.resume(after: durableRevision, epoch: pipeline.epoch)
+                "epoch": "\(epoch)", "journal.epoch": "\(writes.epoch)"])
+            writes.flush()
+            relay!.link.resume(after: writes.durableRevision, epoch: writes.epoch)
             return false
         }
         var staged = false
         for events in revisions {
-            guard let first = events.first, first.revision > store.headRevision else { continue }
+            guard let first = events.first, first.revision > writes.headRevision else { continue }
             // Parts are numbered within what this relay carries (a prefix relay gets some of a
             // revision's changes), so that its own diffs, markers and deltas are whole.
             let changes = events.enumerated().map { part, event in
                 Self.mirroredChange(event, part: UInt32(part), parts: UInt32(events.count))
             }
-            let undo = store.apply(changes)
-            pipeline.stage(StagedWrite(isDaemons: true, changes: changes, undo: undo, writeID: nil))
+            writes.stageMirrored(changes)
             staged = true
-            if pipeline.staged.count >= live.maxBatch { waitForCommitThenSubmit() }
         }
         return staged
     }
@@ -170,13 +168,13 @@ extension BeaconServer {
     /// of it by the next heartbeat, sent at once: a new epoch makes them resync, a head past their
     /// position makes them ask for a delta, which is answered COMPACTED, and they resync.
     private func replaceWithUpstream(epoch: UInt64, revision: UInt64, steps: [FollowerCore.Step]) {
-        flushWrites()
+        writes.flush()
         let endpoint = relay!.link.endpoint
-        let previousEpoch = pipeline.epoch
+        let previousEpoch = writes.epoch
         do {
             var state: [String: JournalEntry] = [:]
-            if epoch == pipeline.epoch {
-                for entry in try pipeline.journal.loadState() where !entry.isDeleted && endpoint.carries(entry.key) {
+            if epoch == writes.epoch {
+                for entry in try writes.journal.loadState() where !entry.isDeleted && endpoint.carries(entry.key) {
                     state[entry.key] = entry
                 }
             }
@@ -191,17 +189,15 @@ extension BeaconServer {
                     break
                 }
             }
-            try pipeline.journal.replaceContents(epoch: epoch, revision: revision, entries: Array(state.values), scope: endpoint.scope)
+            try writes.journal.replaceContents(epoch: epoch, revision: revision, entries: Array(state.values), scope: endpoint.scope)
             try loadState()
         } catch {
             logger.error("the upstream's snapshot could not be journaled; following again", metadata: ["error": "\(error)"])
             relay!.link.resume(after: 0, epoch: 0)
             return
         }
-        let keys = store.count
-        writeIDs.removeAll()
-        writeIDOrder.removeAll()
-        writeIDOrderStart = 0
+        let keys = writes.store.count
+        writes.forgetWriteIDs()
         publisher.tracker.restart(at: revision)
         answerCompactionWaiters(removed: 0)  // what a compaction under way would have removed is gone
         logger.notice("the relay took the upstream's state", metadata: [
@@ -210,19 +206,19 @@ extension BeaconServer {
         publishHeartbeat()
     }
 
-    /// The relay's journal reached `durableRevision`, or the upstream's epoch changed:
+    /// The relay's journal reached `writes.durableRevision`, or the upstream's epoch changed:
     /// acknowledged writes it now shows are answered. Only while the relay holds the upstream's
     /// current epoch: then a write acknowledged in an earlier one is gone with that journal, and
     /// one of this epoch is shown once its revision is durable here.
     func mirrorAdvanced() {
-        let epoch = pipeline.epoch
+        let epoch = writes.epoch
         guard let link = relay?.link, link.upstreamEpoch == epoch,
-              let count = relay?.awaitingMirror.prefix(while: { $0.epoch != epoch || $0.revision <= durableRevision }).count,
+              let count = relay?.awaitingMirror.prefix(while: { $0.epoch != epoch || $0.revision <= writes.durableRevision }).count,
               count > 0 else { return }
         let shown = Array(relay!.awaitingMirror[..<count])  // its own copy: the removal below stays in place
         relay!.awaitingMirror.removeFirst(count)
         for entry in shown {
-            replies.fill(entry.ticket, with: entry.reply, durableRevision: durableRevision, deliver: deliver)
+            writes.fill(entry.ticket, with: entry.reply)
             forwardedAnswered(entry.connection)
         }
     }
@@ -269,7 +265,7 @@ extension BeaconServer {
         if let victim = replyFlows.victim(closing: connection, heldBytes: held, reason: reason) {
             closeConnection(victim, because: "it piles requests up behind writes the upstream has not answered")
         } else {
-            replyFlows.close(connection, now: .now())
+            replyFlows.close(connection, now: clock.now())
         }
     }
 
@@ -308,7 +304,7 @@ extension BeaconServer {
             return refuse(request.id, error, route: route)
         }
         guard let connection = route.connection else { return }  // a ROUTER always gives one
-        let ticket = replies.hold(route, at: store.headRevision)
+        let ticket = writes.hold(route)
         let token = relay!.nextToken
         relay!.nextToken += 1
         relay!.forwarded[token] = .init(connection: connection, ticket: ticket, id: request.id)
@@ -377,11 +373,11 @@ extension BeaconServer {
             // What the upstream would refuse whatever its state, refused here the same way (the
             // session's length as the client sent it, before it is named for the upstream).
             if let problem = WriteOp.countProblem(ops.count) {
-                throw Self.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
+                throw WritePath.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
             }
             for index in ops.indices {
                 if let problem = ops[index].inputProblem ?? ops[index].limitProblem {
-                    throw Self.rejection(problem.code, problem.message, key: ops[index].key, index: index, current: 0, operations: ops.count)
+                    throw WritePath.rejection(problem.code, problem.message, key: ops[index].key, index: index, current: 0, operations: ops.count)
                 }
             }
             try admit(ops)
@@ -389,7 +385,7 @@ extension BeaconServer {
         guard let status = relay?.status, status.reachable else {
             let heard = relay?.status.lastHeardMilliseconds ?? 0
             let since = heard == 0 ? "has not been reached since this relay started"
-                : "was last heard from \((Journal.nowMilliseconds() &- heard) / 1000) s ago"
+                : "was last heard from \((clock.wallMilliseconds() &- heard) / 1000) s ago"
             throw Refusal(.upstreamUnavailable, "this relay's upstream \(configuration.upstream?.requestEndpoint ?? "") \(since); "
                 + "reads are served from the relay's copy, writes are refused: retry later")
         }
@@ -404,13 +400,13 @@ extension BeaconServer {
             var answer = Beacon_V1_Reply()
             answer.id = forwarded.id
             answer.error = Refusal(.upstreamUnavailable, "no answer from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: "
-                + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: durableRevision)
-            replies.fill(forwarded.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+                + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: writes.durableRevision)
+            writes.fill(forwarded.ticket, with: answer)
             return forwardedAnswered(forwarded.connection)
         }
         reply.id = forwarded.id
         switch reply.result {
-        case .write(let write) where write.revision > durableRevision || relay!.link.upstreamEpoch != pipeline.epoch:
+        case .write(let write) where write.revision > writes.durableRevision || relay!.link.upstreamEpoch != writes.epoch:
             // In revision order (the upstream answers one connection in order; a refusal between
             // two writes is answered at once).
             let entry = RelayState.AwaitingMirror(connection: forwarded.connection, epoch: relay!.link.upstreamEpoch,
@@ -422,12 +418,12 @@ extension BeaconServer {
         case .error(var error):
             counters.rejected += 1
             // Never a revision this relay's clients cannot read yet.
-            error.headRevision = min(error.headRevision, durableRevision)
+            error.headRevision = min(error.headRevision, writes.durableRevision)
             reply.error = error
         default:
             break
         }
-        replies.fill(forwarded.ticket, with: reply, durableRevision: durableRevision, deliver: deliver)
+        writes.fill(forwarded.ticket, with: reply)
         forwardedAnswered(forwarded.connection)
     }
 
@@ -440,8 +436,8 @@ extension BeaconServer {
                 var answer = Beacon_V1_Reply()
                 answer.id = entry.reply.id
                 answer.error = Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(entry.revision), "
-                    + "which the upstream applied; retry with the same write_id").wire(headRevision: durableRevision)
-                replies.fill(entry.ticket, with: answer, durableRevision: durableRevision, deliver: deliver)
+                    + "which the upstream applied; retry with the same write_id").wire(headRevision: writes.durableRevision)
+                writes.fill(entry.ticket, with: answer)
                 forwardedAnswered(entry.connection)
             }
             self.relay!.awaitingMirror.removeAll()
@@ -474,7 +470,7 @@ extension BeaconServer {
     var relayStatusLine: String {
         guard let relay else { return "" }
         let status = relay.status
-        let lag = status.headRevision > store.headRevision ? status.headRevision - store.headRevision : 0
+        let lag = status.headRevision > writes.headRevision ? status.headRevision - writes.headRevision : 0
         return ", relay of \(relay.link.endpoint.request): "
             + (status.reachable ? "upstream head \(status.headRevision), \(lag) behind" : "UPSTREAM UNREACHABLE, serving what it has")
     }

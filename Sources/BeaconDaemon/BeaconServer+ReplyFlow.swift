@@ -69,8 +69,8 @@ extension BeaconServer {
     func closeConnection(_ victim: ReplyFlows.Victim, because what: String) {
         let closed = victim.fd >= 0 && connections.shutDown(fd: victim.fd, on: .requests, from: victim.peer,
                                                             closed: { replyFlows.disconnected(fd: $0) }, shed: { logShed($0) })
-        replyFlows.close(victim.id, now: .now())
-        guard closed, let held = logThrottle.admit("connection.slow", now: .now()) else { return }
+        replyFlows.close(victim.id, now: clock.now())
+        guard closed, let held = logThrottle.admit("connection.slow", now: clock.now()) else { return }
         logger.notice("connection closed: \(what)", metadata: [
             "peer": "\(victim.peer)", "unread.bytes": "\(victim.heldBytes)", "reason": "\(victim.reason)",
             "held.back": "\(held)"])

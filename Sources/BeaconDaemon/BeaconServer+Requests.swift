@@ -14,7 +14,7 @@ extension BeaconServer {
         guard let first = envelope.first else { return 1 }  // a ROUTER always prepends the peer's id
         let connection = RoutingID(first)
         // Sent before its connection was closed for not reading its replies: nobody reads the answer.
-        if replyFlows.isClosed(connection, now: .now()) { return 1 }
+        if replyFlows.isClosed(connection, now: clock.now()) { return 1 }
         noteConnection(of: body, id: connection)
         current = requestContext(of: body)
         return body.withUnsafeBytes { bytes in
@@ -91,9 +91,9 @@ extension BeaconServer {
             }
         case .delta, .history:
             // Read from the journal: commit what is staged first.
-            flushWrites()
+            writes.flush()
             do {
-                queueReply(try changesAnswer(request.op!, id: request.id), to: route)
+                writes.queue(try changesAnswer(request.op!, id: request.id), to: route)
             } catch {
                 refuse(request.id, error, route: route)
             }
@@ -101,7 +101,7 @@ extension BeaconServer {
             reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
         case .some(let op):
             // Reads see only committed state: commit what is staged first.
-            flushWrites()
+            writes.flush()
             do {
                 var reply = try answer(op)
                 reply.id = request.id
@@ -120,8 +120,8 @@ extension BeaconServer {
         counters.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
-        reply.error = rejection.wire(headRevision: store.headRevision)
-        queueReply(.answer(reply, dependsOnStaged: dependsOnStaged), to: route)
+        reply.error = rejection.wire(headRevision: writes.headRevision)
+        writes.queue(.answer(reply, dependsOnStaged: dependsOnStaged), to: route)
     }
 
     /// The collector of a batch's replies, or `nil` after refusing a batch that is empty or
@@ -153,23 +153,23 @@ extension BeaconServer {
     }
 
     private func compactedFailure(_ revision: UInt64) -> Refusal {
-        var rejection = Refusal(.compacted, "history at revision \(revision) was compacted (through \(pipeline.compactedRevision)); resync from a snapshot")
-        rejection.compactedRevision = pipeline.compactedRevision
+        var rejection = Refusal(.compacted, "history at revision \(revision) was compacted (through \(writes.pipeline.compactedRevision)); resync from a snapshot")
+        rejection.compactedRevision = writes.pipeline.compactedRevision
         return rejection
     }
 
     /// Answers a read, snapshot, history, stats or admin request.
     private func answer(_ op: Beacon_V1_Request.OneOf_Op) throws(Refusal) -> Beacon_V1_Reply {
         var reply = Beacon_V1_Reply()
-        let now = MonotonicTime.now()
+        let now = clock.now()
         switch op {
         case .ping:
             reply.ping = .with {
                 $0.protocolVersion = WireLimits.protocolVersion
-                $0.epoch = pipeline.epoch
+                $0.epoch = writes.epoch
                 $0.instance = instance
-                $0.headRevision = store.headRevision
-                $0.compactedRevision = pipeline.compactedRevision
+                $0.headRevision = writes.headRevision
+                $0.compactedRevision = writes.pipeline.compactedRevision
                 $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
                 $0.daemonVersion = BeaconVersion.string
                 if let upstream = upstreamStatusMessage { $0.upstream = upstream }
@@ -179,20 +179,20 @@ extension BeaconServer {
         case .get(let get):
             if let problem = KeyPath.problem(key: get.key) { throw Refusal(.invalidKey, problem.description, key: get.key) }
             try checkRead(key: get.key)
-            guard let entry = store.live(get.key) else { throw Refusal(.notFound, "key '\(get.key)' does not exist", key: get.key) }
+            guard let entry = writes.store.live(get.key) else { throw Refusal(.notFound, "key '\(get.key)' does not exist", key: get.key) }
             var result = Beacon_V1_GetReply()
             result.kv = try keyValue(get.key, entry)
-            result.revision = store.headRevision
+            result.revision = writes.headRevision
             reply.get = result
 
         case .list(let list):
             try checkPrefix(list.prefix)
             try checkRead(prefix: list.prefix)
             var result = Beacon_V1_ListReply()
-            result.revision = store.headRevision
+            result.revision = writes.headRevision
             let limit = list.limit == 0 ? Int.max : Int(list.limit)
             var failed: Refusal?
-            store.forEach(prefix: list.prefix, after: list.startAfter) { key, entry in
+            writes.store.forEach(prefix: list.prefix, after: list.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
                 do throws(Refusal) {
@@ -217,13 +217,13 @@ extension BeaconServer {
         case .stats:
             guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
             reply.stats = .with {
-                $0.epoch = pipeline.epoch
+                $0.epoch = writes.epoch
                 $0.instance = instance
-                $0.headRevision = store.headRevision
-                $0.compactedRevision = pipeline.compactedRevision
-                $0.keys = UInt64(store.liveCount)
-                $0.tombstones = UInt64(store.tombstoneCount)
-                $0.journalBytes = pipeline.sizeInBytes
+                $0.headRevision = writes.headRevision
+                $0.compactedRevision = writes.pipeline.compactedRevision
+                $0.keys = UInt64(writes.store.liveCount)
+                $0.tombstones = UInt64(writes.store.tombstoneCount)
+                $0.journalBytes = writes.pipeline.sizeInBytes
                 $0.writes = counters.writes
                 $0.rejected = counters.rejected
                 $0.published = publisher.published
@@ -231,7 +231,7 @@ extension BeaconServer {
                 $0.commits = counters.commits
                 $0.trackedPrefixes = UInt32(publisher.tracker.tracked.count)
                 $0.uptimeMs = startedAt.milliseconds(until: now)
-                $0.readOnly = readOnlyUntil > now
+                $0.readOnly = writes.isReadOnly
                 $0.requestConnections = UInt32(connections.ledger.count(.requests))
                 $0.subscriberConnections = UInt32(connections.ledger.count(.subscribers))
                 $0.writesPerSecond = writeRate.perSecond
@@ -243,7 +243,7 @@ extension BeaconServer {
                 $0.subscriptionsRefused = counters.subscriptionsRefused
                 $0.batches = counters.batches
                 $0.connectionsShed = connections.ledger.shed + connections.refusedAtAccept
-                $0.sessions = UInt32(sessions.count)
+                $0.sessions = UInt32(writes.sessions.count)
                 $0.leasesRefused = counters.leasesRefused
                 $0.replyBytesKept = UInt64(replyFlows.waitingBytes)
                 $0.slowReadersClosed = replyFlows.closedConnections
@@ -265,17 +265,21 @@ extension BeaconServer {
             }
             guard keepAlive.ttlMs > 0 else {
                 // Ended now: its keys go in one revision, which this reply waits for.
-                if let keys = sessions.end(id), endSession(id, keys: keys) { submitStagedIfIdle() }
+                writes.endSession(id)
                 reply.keepAlive = Beacon_V1_KeepAliveReply()
                 break
             }
-            try checkSessionLimit(id)
+            do throws(Refusal) {
+                try writes.checkSessionLimit(id, writer: current, limit: sessionLimit)
+            } catch {
+                counters.quotaExceeded += 1
+                throw error
+            }
             let ttl = UInt64(keepAlive.ttlMs)
-            let (session, timerAt) = sessions.keepAlive(id, ttl: ttl, now: now)
-            if let timerAt { timers.schedule(.sessionEnd(session: id), at: timerAt) }
+            let keys = writes.keepAlive(id, ttlMilliseconds: ttl)
             reply.keepAlive = .with {
-                $0.keys = UInt32(session.keys.count { store.live($0)?.session == id })
-                $0.expiresAtMs = Journal.nowMilliseconds() + ttl  // as users read it: wall time
+                $0.keys = UInt32(keys)
+                $0.expiresAtMs = clock.wallMilliseconds() + ttl  // as users read it: wall time
             }
 
         case .put, .delete, .txn, .batch, .compact, .backup:
@@ -296,16 +300,16 @@ extension BeaconServer {
 
     private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(Refusal) -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
-        result.epoch = pipeline.epoch
-        result.compactedRevision = pipeline.compactedRevision
+        result.epoch = writes.epoch
+        result.compactedRevision = writes.pipeline.compactedRevision
         let limit = request.limit == 0 ? Int.max : Int(request.limit)
-        let head = store.headRevision
+        let head = writes.headRevision
         if request.revision == 0 || request.revision == head {
             // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
             result.revision = head
             result.prefixRevision = lease(request.prefix, now: now)
             var failed: Refusal?
-            store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
+            writes.store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
                 do throws(Refusal) {
@@ -320,14 +324,14 @@ extension BeaconServer {
             return result
         }
         if request.revision > head { throw Refusal(.futureRevision, "revision \(request.revision) is above head \(head)") }
-        if request.revision < pipeline.compactedRevision { throw compactedFailure(request.revision) }
+        if request.revision < writes.pipeline.compactedRevision { throw compactedFailure(request.revision) }
         var entries: [JournalEntry]
         do {
             let fetchLimit = limit == Int.max ? 0 : limit + 1
-            entries = try pipeline.journal.snapshot(prefix: request.prefix, at: request.revision,
+            entries = try writes.journal.snapshot(prefix: request.prefix, at: request.revision,
                                            startAfter: request.startAfter, limit: fetchLimit)
-            result.prefixRevision = max(try pipeline.journal.lastRevision(prefix: request.prefix, atOrBelow: request.revision),
-                                        pipeline.compactedRevision)
+            result.prefixRevision = max(try writes.journal.lastRevision(prefix: request.prefix, atOrBelow: request.revision),
+                                        writes.pipeline.compactedRevision)
         } catch {
             throw journalFailure(error)
         }
@@ -350,14 +354,14 @@ extension BeaconServer {
     /// is read (the stored values go out as they are), or — for a `Delta` with
     /// `snapshot_if_smaller` that outgrew the prefix's state — a snapshot.
     private func changesAnswer(_ op: Beacon_V1_Request.OneOf_Op, id: UInt64) throws(Refusal) -> PendingReply {
-        let now = MonotonicTime.now()
+        let now = clock.now()
         switch op {
         case .delta(let delta):
             try checkPrefix(delta.prefix)
             try checkRead(prefix: delta.prefix)
-            if delta.sinceRevision < pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
-            if delta.sinceRevision > store.headRevision {
-                throw Refusal(.futureRevision, "revision \(delta.sinceRevision) is above head \(store.headRevision)")
+            if delta.sinceRevision < writes.pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
+            if delta.sinceRevision > writes.headRevision {
+                throw Refusal(.futureRevision, "revision \(delta.sinceRevision) is above head \(writes.headRevision)")
             }
             if delta.snapshotIfSmaller, try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) {
                 var reply = Beacon_V1_Reply()
@@ -367,7 +371,7 @@ extension BeaconServer {
             }
             let prefixRevision = lease(delta.prefix, now: now)
             let page = try changes(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
-                                   to: store.headRevision, limit: delta.limit)
+                                   to: writes.headRevision, limit: delta.limit)
             return .encoded(try eventsReply(id: id, page, prefixRevision: prefixRevision))
 
         case .history(let history):
@@ -378,10 +382,10 @@ extension BeaconServer {
                 try checkPrefix(history.prefix)
                 try checkRead(prefix: history.prefix)
             }
-            if history.fromRevision != 0 && history.fromRevision <= pipeline.compactedRevision {
+            if history.fromRevision != 0 && history.fromRevision <= writes.pipeline.compactedRevision {
                 throw compactedFailure(history.fromRevision)
             }
-            let to = history.toRevision == 0 ? store.headRevision : min(history.toRevision, store.headRevision)
+            let to = history.toRevision == 0 ? writes.headRevision : min(history.toRevision, writes.headRevision)
             let page = try changes(prefix: history.prefix, exact: history.exact, from: max(history.fromRevision, 1),
                                    to: to, limit: history.limit)
             return .encoded(try eventsReply(id: id, page, prefixRevision: 0))
@@ -394,9 +398,9 @@ extension BeaconServer {
     /// Whether the changes under `prefix` after `since` outnumber its keys, so that a snapshot is
     /// the cheaper answer for a mirror. Costs at most one pass over the keys and as many changes.
     private func deltaOutgrowsState(prefix: String, since: UInt64) throws(Refusal) -> Bool {
-        let keys = store.keyCount(prefix: prefix)
-        guard store.headRevision - since > UInt64(keys) else { return false }  // fewer revisions than keys
-        let probe = try changes(prefix: prefix, exact: false, from: since + 1, to: store.headRevision,
+        let keys = writes.store.keyCount(prefix: prefix)
+        guard writes.headRevision - since > UInt64(keys) else { return false }  // fewer revisions than keys
+        let probe = try changes(prefix: prefix, exact: false, from: since + 1, to: writes.headRevision,
                                 limit: UInt32(clamping: keys + 1))
         return probe.more || probe.changes.count > keys
     }
@@ -410,7 +414,7 @@ extension BeaconServer {
 
     private func changes(prefix: String, exact: Bool, from: UInt64, to: UInt64, limit: UInt32) throws(Refusal) -> ChangesPage {
         do {
-            let page = try pipeline.journal.changes(prefix: prefix, exact: exact, from: from, to: to,
+            let page = try writes.journal.changes(prefix: prefix, exact: exact, from: from, to: to,
                                                     limit: limit == 0 ? WireLimits.defaultEventLimit : Int(limit))
             return ChangesPage(changes: page.changes, more: page.more,
                                revision: page.more ? (page.changes.last?.revision ?? to) : to)
@@ -438,8 +442,8 @@ extension BeaconServer {
                 key: change.key, encodedValue: change.value, version: change.version, createRevision: change.createRevision,
                 expiresAtMilliseconds: change.expiresAtMilliseconds, timestampMilliseconds: change.timestampMilliseconds))
         }
-        return WireEncoder.eventsReply(id: id, events: events, revision: page.revision, epoch: pipeline.epoch,
-                                       prefixRevision: prefixRevision, compactedRevision: pipeline.compactedRevision, more: page.more)
+        return WireEncoder.eventsReply(id: id, events: events, revision: page.revision, epoch: writes.epoch,
+                                       prefixRevision: prefixRevision, compactedRevision: writes.pipeline.compactedRevision, more: page.more)
     }
 
     /// A stored entry as a wire key-value; a value that does not decode is an `INTERNAL` error, logged.
@@ -466,17 +470,7 @@ extension BeaconServer {
 
     /// Answers with `reply` once the state it was decided against is durable, in request order.
     func send(_ reply: Beacon_V1_Reply, to route: ReplyRoute) {
-        queueReply(.answer(reply, dependsOnStaged: false), to: route)
-    }
-
-    /// Queues `reply`, decided against the state staged now, behind the replies decided before it.
-    func queueReply(_ reply: PendingReply, to route: ReplyRoute, decidedAt revision: UInt64? = nil) {
-        let decided = revision ?? store.headRevision
-        if replies.mayLeaveAtOnce(to: route, decidedAt: decided, durableRevision: durableRevision) {
-            deliver(route, reply)
-        } else {
-            replies.enqueue(reply, to: route, decidedAt: decided)
-        }
+        writes.queue(.answer(reply, dependsOnStaged: false), to: route)
     }
 
     /// Sends a reply the queue released.

@@ -15,7 +15,7 @@ extension BeaconServer {
     /// what it missed (PROTOCOL.md §6), like a subscriber whose publications were dropped at its
     /// high-water mark.
     func closeStalledSubscribers() {
-        let now = MonotonicTime.now()
+        let now = clock.now()
         guard lastStalledSubscriberScan.milliseconds(until: now) >= Self.stalledScanMilliseconds else { return }
         lastStalledSubscriberScan = now
         drainConnections(.subscribers)

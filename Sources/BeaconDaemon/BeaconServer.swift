@@ -27,18 +27,10 @@ public final class BeaconServer: @unchecked Sendable {
     // exclusivity checks: a write touched these about twenty times, and each check cost as much
     // as the access it guarded (a tenth of the loop's time). No access to them calls back into
     // code that accesses them again, which is what a check would catch.
-    /// The journal, the commit thread and the writes waiting for them.
-    @exclusivity(unchecked) var pipeline: WritePipeline!
-    @exclusivity(unchecked) var store = SignalStore()
-    /// Heartbeats, compaction, systemd's watchdog and status, key expiries and session ends.
-    @exclusivity(unchecked) var timers = TimerQueue()
-    @exclusivity(unchecked) var sessions = SessionTable()
-    @exclusivity(unchecked) var writeIDs: [[UInt8]: UInt64] = [:]
-    @exclusivity(unchecked) var writeIDOrder: [[UInt8]] = []
-    @exclusivity(unchecked) var writeIDOrderStart = 0
-    /// Writes are refused until then after a failed commit.
-    @exclusivity(unchecked) var readOnlyUntil = MonotonicTime(milliseconds: 0)
-    @exclusivity(unchecked) var readOnlyReason: String?
+    /// The store, the journal and the writes on their way into it, with their replies and timers.
+    @exclusivity(unchecked) private(set) var writes: WritePath!
+    /// The loop's own timers: heartbeats, compaction, systemd's watchdog and status, the publish socket.
+    @exclusivity(unchecked) var timers = TimerQueue<LoopTimer>()
     @exclusivity(unchecked) var counters = Counters()
     /// Rights, scopes and per-peer usage.
     @exclusivity(unchecked) var access: AccessControl
@@ -47,12 +39,10 @@ public final class BeaconServer: @unchecked Sendable {
     /// The journal's size, sampled every heartbeat (for `max_journal_bytes`).
     @exclusivity(unchecked) var journalBytes: UInt64 = 0
     @exclusivity(unchecked) var instance: UInt64 = 0
-    /// The last revision journaled (under the configured durability) and published: behind the
-    /// store's head while writes are staged or committing. No reply waits for more, none names more.
-    @exclusivity(unchecked) var durableRevision: UInt64 = 0
-    /// Replies decided and waiting for the writes they depend on to be durable.
-    @exclusivity(unchecked) var replies = ReplyQueue()
-    let startedAt = MonotonicTime.now()
+    let startedAt: MonotonicTime
+    /// Where the daemon reads the time.
+    let clock: any DaemonClock
+    private let openJournal: (DaemonConfiguration) throws(JournalError) -> any JournalStore
     /// The steps of a compaction under way.
     var compactionSchedule = CompactionSchedule()
     /// Journal copies being read by `Backup` requests.
@@ -112,15 +102,24 @@ public final class BeaconServer: @unchecked Sendable {
         var slowSubscribersClosed: UInt64 = 0
     }
 
-    /// Write ids remembered for idempotent retries.
-    static let writeIDMemory = 100_000
-
     /// Creates a server; nothing is opened until ``start()``.
     /// - Parameters:
     ///   - configuration: directories, endpoints and policies.
     ///   - logger: where the server logs; it logs requests at `trace`, faults at `warning`+.
-    public init(configuration: DaemonConfiguration, logger: Logger) throws(DaemonError) {
+    public convenience init(configuration: DaemonConfiguration, logger: Logger) throws(DaemonError) {
+        try self.init(configuration: configuration, logger: logger, clock: SystemClock.shared) { config throws(JournalError) in
+            try Journal(path: config.journalPath, durability: config.durability)
+        }
+    }
+
+    /// Creates a server that reads time from `clock` and opens its journal with `openJournal`
+    /// (a test's clock and journal; the SQLite journal at `journal_path` otherwise).
+    package init(configuration: DaemonConfiguration, logger: Logger, clock: any DaemonClock,
+                 openJournal: @escaping (DaemonConfiguration) throws(JournalError) -> any JournalStore) throws(DaemonError) {
         self.configuration = configuration
+        self.clock = clock
+        self.openJournal = openJournal
+        startedAt = clock.now()
         live = configuration
         access = AccessControl(policy: configuration.access, limits: configuration.limits)
         backups = BackupCopies(directory: configuration.stateDirectory)
@@ -144,10 +143,8 @@ public final class BeaconServer: @unchecked Sendable {
         lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
         let wake = self.wake
         do {
-            let journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in
-                try Journal(path: config.journalPath, durability: config.durability)
-            }
-            pipeline = WritePipeline(journal: journal) { wake.wake() }
+            let journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in try openJournal(config) }
+            writes = WritePath(journal: journal, clock: clock, settings: writeSettings(config), logger: logger, delegate: self) { wake.wake() }
         } catch {
             lock?.release()
             throw DaemonError(error.code == .locked ? .alreadyRunning : .journal, error.description, underlying: error)
@@ -157,7 +154,7 @@ public final class BeaconServer: @unchecked Sendable {
             try openSockets()
             try startRelay()
         } catch {
-            pipeline.close()
+            writes.close()
             lock?.release()
             router = nil
             publisher = nil
@@ -165,19 +162,19 @@ public final class BeaconServer: @unchecked Sendable {
         }
         instance = UInt64.random(in: 1...UInt64(Int64.max))
         backups.removeLeftovers()
-        journalBytes = pipeline.sizeInBytes
-        if pipeline.isCompacting {
+        journalBytes = writes.pipeline.sizeInBytes
+        if writes.pipeline.isCompacting {
             compactionSchedule.startedAt = StepPacer.monotonicNanoseconds()
             logger.info("resuming the journal compaction an earlier run left unfinished", metadata: [
-                "journal.compacted": "\(pipeline.compactedRevision)"])
+                "journal.compacted": "\(writes.pipeline.compactedRevision)"])
         }
         if config.curveKeys != nil, !config.access.rules.contains(where: { if case .key = $0.subject { true } else { false } }) {
             logger.warning("CURVE is on but no 'allow = key:...' rule lists a client key: no tcp client can connect")
         }
         logger.info("beacond started", metadata: [
             "runtime.dir": "\(config.runtimeDirectory)", "journal.path": "\(config.journalPath)",
-            "journal.epoch": "\(pipeline.epoch)", "journal.head": "\(store.headRevision)",
-            "keys": "\(store.liveCount)",
+            "journal.epoch": "\(writes.epoch)", "journal.head": "\(writes.headRevision)",
+            "keys": "\(writes.store.liveCount)",
         ])
         notifier?.ready(status: statusLine(writesPerSecond: 0))
         let thread = Thread { [self] in self.loop() }
@@ -237,6 +234,7 @@ public final class BeaconServer: @unchecked Sendable {
         live.compactionIntervalSeconds = next.compactionIntervalSeconds
         live.maxBatch = next.maxBatch
         live.sessionTTLMilliseconds = next.sessionTTLMilliseconds
+        writes.settings = writeSettings(live)
         let policyChanged = next.access != live.access
         live.access = next.access
         live.limits = next.limits
@@ -255,9 +253,9 @@ public final class BeaconServer: @unchecked Sendable {
 
     /// The one-line status systemd shows.
     func statusLine(writesPerSecond: Double) -> String {
-        "revision \(store.headRevision), \(store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
-            + "\(Int(writesPerSecond.rounded())) writes/s, journal \(pipeline.sizeInBytes / 1024) KiB"
-            + (readOnlyUntil > .now() ? ", READ-ONLY: \(readOnlyReason ?? "journal unwritable")" : "")
+        "revision \(writes.headRevision), \(writes.store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
+            + "\(Int(writesPerSecond.rounded())) writes/s, journal \(writes.pipeline.sizeInBytes / 1024) KiB"
+            + (writes.isReadOnly ? ", READ-ONLY: \(writes.backoff.reason ?? "journal unwritable")" : "")
             + servingStatus
             + relayStatusLine
     }
@@ -265,7 +263,7 @@ public final class BeaconServer: @unchecked Sendable {
     /// What the status line says when libzmq has moved no message for more than a watchdog interval.
     private var servingStatus: String {
         guard let servingProbe, let interval = notifier?.watchdogInterval else { return "" }
-        let silent = servingProbe.lastArrival.milliseconds(until: .now())
+        let silent = servingProbe.lastArrival.milliseconds(until: clock.now())
         return silent > UInt64(interval.components.seconds * 1000) + UInt64(interval.components.attoseconds / 1_000_000_000_000_000)
             ? ", NOT SERVING: libzmq has moved no message for \(silent / 1000) s" : ""
     }
@@ -295,37 +293,20 @@ public final class BeaconServer: @unchecked Sendable {
         }
     }
 
-    /// Loads the store from the journal and sets the timers of what expires or is bound to a
+    /// Loads the store from the journal, with the timers of what expires or is bound to a
     /// session (a relay's keys expire at its upstream, which sends the deletes).
     func loadState() throws(DaemonError) {
         do {
-            var loaded = SignalStore()
-            let journal = pipeline.journal
-            try journal.loadState { loaded.load($0) }
-            loaded.loaded(headRevision: journal.headRevision)
-            store = loaded
-            durableRevision = journal.headRevision
-            for (writeID, revision) in try journal.recentWriteIDs(revisions: UInt64(Self.writeIDMemory)) {
-                remember(writeID: writeID, revision: revision)
-            }
+            try writes.load()
         } catch {
             throw DaemonError(.journal, error.description, underlying: error)
         }
-        guard configuration.upstream == nil else { return }
-        let wallNow = Journal.nowMilliseconds()
-        let now = MonotonicTime.now()
-        store.forEachExpiringOrBound { key, entry in
-            if entry.expiresAtMilliseconds > 0 {
-                // What is left of the TTL by the wall clock it was journaled with (none if past).
-                let left = entry.expiresAtMilliseconds > wallNow ? entry.expiresAtMilliseconds - wallNow : 0
-                scheduleExpiry(key: key, modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds,
-                               at: now.adding(milliseconds: left))
-            }
-            // Sessions get a full time to live after a restart for their writers to renew them.
-            if !entry.session.isEmpty {
-                bind(key, toSession: entry.session, now: now)
-            }
-        }
+    }
+
+    /// The write path's settings in `configuration`.
+    private func writeSettings(_ configuration: DaemonConfiguration) -> WritePath.Settings {
+        WritePath.Settings(sessionTTLMilliseconds: configuration.sessionTTLMilliseconds, maxBatch: configuration.maxBatch,
+                           expiresKeys: configuration.upstream == nil)
     }
 
     private func openSockets() throws(DaemonError) {
@@ -361,7 +342,7 @@ public final class BeaconServer: @unchecked Sendable {
             try connections.watch(router, as: .requests, name: "beacond-requests-\(UInt64.random(in: 0 ... .max))")
             if notifier?.watchdogInterval != nil {
                 step = "opening the watchdog's probe"
-                servingProbe = try ServingProbe(context: context, path: config.runtimeDirectory + "/beacond.probe", now: .now())
+                servingProbe = try ServingProbe(context: context, path: config.runtimeDirectory + "/beacond.probe", now: clock.now())
             }
         } catch {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
@@ -432,7 +413,7 @@ public final class BeaconServer: @unchecked Sendable {
     func reopenPublisher(reason: String) {
         access.resetSubscriptions()
         do {
-            try publisher.reopen(now: .now())
+            try publisher.reopen(now: clock.now())
         } catch {
             logger.critical("publish socket could not be created; stopping", metadata: ["error": "\(error)"])
             stopFlag.store(true, ordering: .sequentiallyConsistent)
@@ -447,7 +428,7 @@ public final class BeaconServer: @unchecked Sendable {
         for (endpoint, error) in publisher.bindPending() {
             logger.warning("publish endpoint not bound yet; trying again", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
         }
-        if !publisher.unboundEndpoints.isEmpty { timers.schedule(.publisherRebind, at: MonotonicTime.now().adding(milliseconds: 100)) }
+        if !publisher.unboundEndpoints.isEmpty { timers.schedule(.publisherRebind, at: clock.now().adding(milliseconds: 100)) }
     }
 
     /// How long a connection may take to finish its handshake: one that sends nothing (a raw tcp
@@ -456,7 +437,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     /// Logs connections shed over a limit (throttled: a peer can cause thousands).
     func logShed(_ shed: [ConnectionGuard.Shed]) {
-        guard let first = shed.first, let held = logThrottle.admit("connection.shed", now: .now()) else { return }
+        guard let first = shed.first, let held = logThrottle.admit("connection.shed", now: clock.now()) else { return }
         logger.notice("connections closed at once: over a connection limit", metadata: [
             "peer": "\(first.peer)", "limit": "\(first.verdict == .shedPeerLimit ? "connections_per_peer" : "descriptors")",
             "connections": "\(shed.count)", "held.back": "\(held)"])
@@ -466,6 +447,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     private func loop() {
         nameCurrentThread("beacond-loop")
+        writes.ownership.claim()
         do {
             try loopPlacement?.apply()
         } catch {
@@ -478,7 +460,7 @@ public final class BeaconServer: @unchecked Sendable {
         var polledGeneration = -1
         // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
         let watchdogMilliseconds = notifier?.watchdogInterval.map { UInt64($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
-        let started = MonotonicTime.now()
+        let started = clock.now()
         timers.schedule(.heartbeat, at: started)
         timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalSeconds * 1000))
         if watchdogMilliseconds != nil { timers.schedule(.watchdog, at: started) }
@@ -487,8 +469,9 @@ public final class BeaconServer: @unchecked Sendable {
         /// Whether the last pass read requests (compaction steps yield to them).
         var servedRequests = false
         while !stopFlag.load(ordering: .relaxed) {
-            let now = MonotonicTime.now()
-            var timeout = Int(min(now.milliseconds(until: timers.nextDeadline ?? .distantFuture), 60_000))
+            let now = clock.now()
+            let deadline = min(timers.nextDeadline ?? .distantFuture, writes.nextDeadline ?? .distantFuture)
+            var timeout = Int(min(now.milliseconds(until: deadline), 60_000))
             for wait in [compactionStepWait(busy: servedRequests), backupStepWait(busy: servedRequests)] {
                 guard let wait else { continue }
                 timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
@@ -527,20 +510,20 @@ public final class BeaconServer: @unchecked Sendable {
             }
             if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
             if probeIndex >= 0, poller.readyEvents(probeIndex).contains(.readable) { servingProbe?.drain(now: now) }
-            completeCommitIfReady()
+            writes.completeCommitIfReady()
             if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
             servedRequests = poller.readyEvents(routerIndex).contains(.readable)
             if servedRequests { drainRequests() }
 
-            let after = MonotonicTime.now()
-            var staging = false
-            while let (timer, due) = timers.popDue(at: after) {
+            let after = clock.now()
+            writes.fireDueTimers(at: after)
+            while let (timer, _) = timers.popDue(at: after) {
                 switch timer {
                 case .heartbeat:
                     writeRate.record(counters.writes, at: after.milliseconds)
                     publicationRate.record(publisher.published, at: after.milliseconds)
                     publisher.tracker.expireLeases(nowMilliseconds: after.milliseconds)
-                    journalBytes = pipeline.sizeInBytes
+                    journalBytes = writes.pipeline.sizeInBytes
                     publishHeartbeat()
                     timers.schedule(.heartbeat, at: after.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
                 case .compaction:
@@ -559,21 +542,12 @@ public final class BeaconServer: @unchecked Sendable {
                     writesAtLastStatus = counters.writes
                     notifier?.status(statusLine(writesPerSecond: rate))
                     timers.schedule(.status, at: after.adding(milliseconds: 2000))
-                case .expiry(let key, let modRevision, let expiresAt):
-                    staging = expire(key: key, modRevision: modRevision, expiresAtMilliseconds: expiresAt) || staging
                 case .publisherReset:
                     reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
                 case .publisherRebind:
                     bindPublishEndpoints()
-                case .sessionEnd(let session):
-                    switch sessions.check(session, timerAt: due, now: after) {
-                    case .ended(let keys): staging = endSession(session, keys: keys) || staging
-                    case .renewed(let deadline): timers.schedule(.sessionEnd(session: session), at: deadline)
-                    case .stale: break
-                    }
                 }
             }
-            if staging { submitStagedIfIdle() }
             if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
             if backupStepWait(busy: servedRequests) == 0 { backupStep() }
             if relay != nil { replayDeferred() }
@@ -583,18 +557,18 @@ public final class BeaconServer: @unchecked Sendable {
         // Requests already read are answered; then everything closes in order.
         abandonForwarded()
         relay?.link.close()
-        flushWrites()
+        writes.flush()
         backups.removeAll()
         connections.close()
         servingProbe?.close()
         router.close()
         publisher.close()
         zap?.close()
-        pipeline.close()
+        writes.close()
         context = nil
         removeSocketFiles()
         lock?.release()
-        logger.info("beacond stopped", metadata: ["journal.head": "\(store.headRevision)"])
+        logger.info("beacond stopped", metadata: ["journal.head": "\(writes.headRevision)"])
         let waiting = finished.withLock { state -> [CheckedContinuation<Void, Never>] in
             defer { state = .finished }
             if case .waiting(let list) = state { return list }
@@ -621,7 +595,7 @@ public final class BeaconServer: @unchecked Sendable {
     /// have dropped the tombstone of a later delete, so the compaction point is a floor: a
     /// subscriber that is behind it is told to repair, never told it is complete.
     func initialRevision(prefix: String) -> UInt64 {
-        max(store.lastRevision(prefix: prefix), pipeline.compactedRevision)
+        max(writes.store.lastRevision(prefix: prefix), writes.pipeline.compactedRevision)
     }
 
     private func drainRequests() {
@@ -638,28 +612,11 @@ public final class BeaconServer: @unchecked Sendable {
             guard var frames = received.take() else { break }
             let body = frames.removeLast()
             count += handle(body, envelope: frames)  // a batch counts as each request it holds
-            if pipeline.staged.count >= live.maxBatch {
+            if writes.pipeline.staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.
-                waitForCommitThenSubmit()
+                writes.waitForCommitThenSubmit()
             }
         }
-        completeCommitIfReady()
-    }
-
-
-    // MARK: Write ids
-
-    func remember(writeID: [UInt8], revision: UInt64) {
-        if writeIDs.updateValue(revision, forKey: writeID) == nil {
-            writeIDOrder.append(writeID)
-        }
-        if writeIDs.count > Self.writeIDMemory {
-            writeIDs[writeIDOrder[writeIDOrderStart]] = nil
-            writeIDOrderStart += 1
-            if writeIDOrderStart > Self.writeIDMemory {
-                writeIDOrder.removeFirst(writeIDOrderStart)
-                writeIDOrderStart = 0
-            }
-        }
+        writes.completeCommitIfReady()
     }
 }

@@ -7,7 +7,7 @@ struct TimerQueueTests {
     static func at(_ milliseconds: UInt64) -> MonotonicTime { MonotonicTime(milliseconds: milliseconds) }
 
     @Test func timersComeDueInDeadlineOrderAndTiesInTheOrderSet() {
-        var timers = TimerQueue()
+        var timers = TimerQueue<WritePath.Timer>()
         for (index, deadline) in [50, 10, 30, 10, 40, 20].enumerated() {
             timers.schedule(.expiry(key: "k\(index)", modRevision: 0, expiresAtMilliseconds: 0), at: Self.at(UInt64(deadline)))
         }

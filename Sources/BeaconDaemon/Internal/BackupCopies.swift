@@ -60,7 +60,7 @@ struct BackupCopies {
 
     /// Starts a new copy of `journal`, to be made by ``step(pages:revision:now:)``; the request
     /// `requestID` is answered through `ticket` once it is made.
-    mutating func begin(from journal: Journal, now: MonotonicTime, ticket: () -> HoldTicket, requestID: UInt64) throws(Refusal) {
+    mutating func begin(from journal: any JournalStore, now: MonotonicTime, ticket: () -> HoldTicket, requestID: UInt64) throws(Refusal) {
         expire(now: now)
         guard copies.count + (making == nil ? 0 : 1) < Self.maxCopies else {
             throw Refusal(.quotaExceeded, "a backup is being made or read already; retry once it is done (or a minute after its last request)")

@@ -15,7 +15,7 @@ final class CommitThread: @unchecked Sendable {
         var stopping = false
     }
 
-    private let journal: Journal
+    private let journal: any JournalStore
     private let slot = Mutex(Slot())
     private let work = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
@@ -25,7 +25,7 @@ final class CommitThread: @unchecked Sendable {
     private(set) var inFlight = false
 
     /// Starts the thread; `onCommitted` runs on it after each batch (it wakes the loop).
-    init(journal: Journal, onCommitted: @escaping @Sendable () -> Void) {
+    init(journal: any JournalStore, onCommitted: @escaping @Sendable () -> Void) {
         self.journal = journal
         self.onCommitted = onCommitted
         let thread = Thread { [self] in run() }

@@ -8,7 +8,7 @@ import BeaconJournal
 /// take the batch's outcome (``waitForOutcome()``). What the loop may read at any time
 /// (``epoch``, ``compactedRevision``, ``sizeInBytes``, ``isCompacting``) a commit never writes.
 final class WritePipeline {
-    private let storage: Journal
+    private let storage: any JournalStore
     private let commits: CommitThread
     // The loop thread's alone: no dynamic exclusivity checks (each cost as much as the access).
     /// Writes applied to the store and waiting for the next batch.
@@ -28,13 +28,13 @@ final class WritePipeline {
 
     /// Takes over `journal` and starts the commit thread; `onCommitted` runs on that thread
     /// after each batch (it wakes the loop).
-    init(journal: Journal, onCommitted: @escaping @Sendable () -> Void) {
+    init(journal: any JournalStore, onCommitted: @escaping @Sendable () -> Void) {
         storage = journal
         commits = CommitThread(journal: journal, onCommitted: onCommitted)
     }
 
     /// The journal, for the loop's own reads and compaction steps: only while no batch is in flight.
-    var journal: Journal {
+    var journal: any JournalStore {
         precondition(!commits.inFlight, "the journal is the commit thread's while a batch is in flight")
         return storage
     }
