@@ -90,7 +90,7 @@ let package = Package(
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ", "BeaconTestSupport"]),
         .testTarget(name: "BeaconWireTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconTestSupport"]),
         // What several test targets share (a seeded generator, systemd's notification socket, a patient client).
-        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire"], path: "Tests/BeaconTestSupport"),
+        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal"], path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
         .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),

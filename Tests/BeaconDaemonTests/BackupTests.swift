@@ -25,6 +25,7 @@ struct BackupTests {
 
     @Test func otherClientsAreServedAndWriteWhileACopyIsMade() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let owner = try daemon.client()
         try largeJournal(owner)
         let other = try daemon.client()
@@ -79,6 +80,7 @@ struct BackupTests {
 
     @Test func aDaemonStoppedWhileACopyIsMadeLeavesNoCopyBehind() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let owner = try daemon.client()
         try largeJournal(owner)
         try owner.send(.backup(.init()))
@@ -92,6 +94,7 @@ struct BackupTests {
         await daemon.stop()
         #expect(copies().isEmpty)
         let restarted = try TestDaemon(reopening: daemon.directory)
+        defer { restarted.stopNow() }
         #expect(try restarted.client().get("big.k47").version == 1)
         await restarted.stop()
     }

@@ -9,6 +9,7 @@ import BeaconTestSupport
 struct BadInputTests {
     @Test func everyBadRequestGetsItsErrorAndChangesNothing() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         _ = try client.put("ok", .int(1))
 
@@ -89,6 +90,7 @@ struct BadInputTests {
 
     @Test func anOversizedMessageDropsOnlyThatConnection() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let flooder = try daemon.client()
         try flooder.send(rawBody: [UInt8](repeating: 0x0A, count: WireLimits.maxRequestBytes + 1))
         let honest = try daemon.client()

@@ -50,6 +50,7 @@ struct BundleTests {
     @Test("A subscriber of a prefix's bundles receives the very diffs a subscriber of the prefix does, in order, in fewer messages, with each commit marker after the diffs it closes")
     func bundlesCarryWhatDiffsCarry() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let plain = try daemon.client(), bundled = try daemon.client(), nested = try daemon.client()
         try plain.subscribe("a.")
         try bundled.subscribe("a.", bundled: true)
@@ -111,6 +112,7 @@ struct BundleTests {
     @Test("A group larger than a bundle goes in several, each a whole message, the diffs in order")
     func aLargeGroupGoesInSeveralBundles() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let plain = try daemon.client(), bundled = try daemon.client()
         try plain.subscribe("big.")
         try bundled.subscribe("big.", bundled: true)
@@ -148,6 +150,7 @@ struct BundleTests {
     @Test("A subscription to everything receives every key's diffs, and neither bundles nor control messages through it")
     func everythingMeansEveryKey() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let bundled = try daemon.client()
         try bundled.subscribe("a.", bundled: true)
         try awaitSequencing(bundled, prefix: "a.")
@@ -191,6 +194,7 @@ struct BundleTests {
     @Test("Heartbeats and ping replies say that the daemon publishes bundles; a malformed bundle subscription delivers nothing")
     func bundlesAreAnnouncedAndCheckedLikePrefixes() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         #expect(try client.ping().bundles)
         try client.subscribeRaw("!")

@@ -13,6 +13,7 @@ struct DamagedValueTests {
           .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3"), "needs the sqlite3 shell"))
     func undecodableStoredValueIsAnError() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let directory = daemon.directory
         let client = try daemon.client()
         _ = try client.put("d.bad", .with { $0.intValue = 1 })
@@ -28,6 +29,7 @@ struct DamagedValueTests {
         try #require(sqlite.terminationStatus == 0)
 
         let again = try TestDaemon(reopening: directory)
+        defer { again.stopNow() }
         let reopened = try again.client()
         func expectInternal(_ what: String, _ body: () throws(WireError) -> Void) {
             do {

@@ -10,6 +10,7 @@ import Testing
 struct GarbageTests {
     @Test func randomAndMutatedFramesNeverCrashTheDaemonNorChangeWhatTheyShouldNot() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let honest = try daemon.client()
         _ = try honest.put("guarded", .string("original"))
         // Valid requests of every kind to mutate: reads, and writes only to keys under "fuzz.".

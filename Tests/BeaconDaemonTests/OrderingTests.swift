@@ -12,6 +12,7 @@ struct OrderingTests {
     /// committed inline from the large batch's completion and went out first).
     @Test func diffsAndRepliesFollowRevisionOrderWhenLargeAndSmallBatchesMix() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let subscriber = try daemon.client()
         try subscriber.subscribe("o.", receiveHighWaterMark: 0)
         try awaitSequencing(subscriber, prefix: "o.")

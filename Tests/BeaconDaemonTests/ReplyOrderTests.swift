@@ -30,6 +30,7 @@ struct ReplyOrderTests {
 
     @Test func everyReplyKindLeavesInRequestOrderBehindPipelinedWrites() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         for round in 0..<5 {
             let sent = try sendRound(client, round: round)

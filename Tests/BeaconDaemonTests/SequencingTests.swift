@@ -55,6 +55,7 @@ func follow(_ follower: PrefixFollower, through revision: UInt64, timeoutSeconds
 struct SequencingTests {
     @Test func aLateJoinerEndsWithExactlyTheDaemonsStateWhileWritesFlow() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let keys = (0..<50).map { "net.if\($0)" } + (0..<50).map { "audio.ch\($0)" }
         let writer = BackgroundWriter(runtimeDirectory: daemon.configuration.runtimeDirectory, keys: keys, transactionsEvery: 7)
         try await Task.sleep(for: .milliseconds(100))
@@ -83,6 +84,7 @@ struct SequencingTests {
             $0.heartbeatIntervalMilliseconds = 50
             $0.publishHighWaterMark = 10
         }
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         let follower = try PrefixFollower(client: client, prefix: "net.", receiveHighWaterMark: 10)
         // Let the subscription reach the daemon so that the flood is sequenced for our prefix.
@@ -131,6 +133,7 @@ struct SequencingTests {
 
     @Test func compactionAnswersATooOldDeltaWithAnExplicitResync() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         for i in 1...20 { _ = try client.put("k", .int(Int64(i))) }
         _ = try client.put("other", .int(1))
@@ -152,6 +155,7 @@ struct SequencingTests {
 
     @Test func aMirrorsDeltaBecomesASnapshotWhenTheChangesOutnumberTheKeys() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         // Three keys under m., each written ten times; one more key elsewhere written often.
         for round in 1...10 {
@@ -183,6 +187,7 @@ struct SequencingTests {
 
     @Test func deltaPagesEndOnWholeRevisionsAndCarryTheBookmark() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         _ = try client.put("a.1", .int(1))
         _ = try client.transaction([putOp("a.2", .int(2)), putOp("a.3", .int(3)), putOp("b.1", .int(1))])
@@ -204,6 +209,7 @@ struct SequencingTests {
 
     @Test func heartbeatsCarryTheHeadAndEveryTrackedPrefix() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         try client.subscribe("net.")
         try awaitSequencing(client, prefix: "net.")  // the write below then moves the prefix's bookmark

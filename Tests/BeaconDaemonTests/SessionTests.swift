@@ -6,30 +6,6 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-/// Renews a session every 200 ms from its own thread and connection (not the test's
-/// cooperative threads, which blocking tests can hold up for seconds) until stopped.
-final class SessionRenewer: @unchecked Sendable {
-    private let stopped = NSLock()
-    private var stopFlag = false
-    private let done = DispatchSemaphore(value: 0)
-
-    init(runtimeDirectory: String, session: [UInt8], ttlMilliseconds: UInt32) {
-        Thread.detachNewThread { [self] in
-            defer { done.signal() }
-            guard let client = try? WireClient.patient(runtimeDirectory: runtimeDirectory) else { return }
-            while !stopped.withLock({ stopFlag }) {
-                _ = try? client.keepAlive(session: session, ttlMilliseconds: ttlMilliseconds)
-                usleep(200_000)
-            }
-        }
-    }
-
-    func stop() {
-        stopped.withLock { stopFlag = true }
-        done.wait()
-    }
-}
-
 @Suite(.timeLimit(.minutes(1)), .offThePool)
 struct SessionTests {
     private let session: [UInt8] = Array("writer-1".utf8)
@@ -39,27 +15,30 @@ struct SessionTests {
         try client.history(prefix).events.map { ($0.revision, $0.change.key, $0.change.kind) }
     }
 
-    /// Polls until `key` is gone (or `timeout` passes).
-    private func waitUntilGone(_ client: WireClient, _ key: String, timeout: Duration = .seconds(30)) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while (try? client.get(key)) != nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+    /// Moves the daemon's clock on; the request that follows makes it fire what came due, so
+    /// that the next one sees the outcome.
+    private func advance(_ clock: ManualClock, milliseconds: UInt64, _ client: WireClient) throws {
+        clock.advance(milliseconds: milliseconds)
+        _ = try client.ping()
     }
 
     @Test func aSessionsKeysVanishInOneRevisionWhenItIsNotRenewed() async throws {
-        let daemon = try TestDaemon { $0.sessionTTLMilliseconds = 2000 }
+        let clock = ManualClock()
+        let daemon = try TestDaemon(clock: clock) { $0.sessionTTLMilliseconds = 2000 }
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         _ = try client.put("presence.a", .int(1), session: session)
         _ = try client.put("presence.b", .int(2), session: session)
         _ = try client.put("presence.c", .int(3))  // not bound
         let alive = try client.keepAlive(session: session, ttlMilliseconds: 2000)
         #expect(alive.keys == 2)
-        // Renewed for longer than its time to live: the keys stay.
-        let renewer = SessionRenewer(runtimeDirectory: daemon.configuration.runtimeDirectory, session: session, ttlMilliseconds: 2000)
-        try await Task.sleep(for: .seconds(3))
-        #expect(try client.get("presence.a").value.intValue == 1)
-        renewer.stop()
+        // Renewed: alive past its first time to live.
+        try advance(clock, milliseconds: 1500, client)
+        _ = try client.keepAlive(session: session, ttlMilliseconds: 2000)
+        try advance(clock, milliseconds: 1999, client)
+        #expect(try client.get("presence.a").value.intValue == 1, "renewed at 1.5 s for 2 s: alive at 3.499 s")
         // No more renewals: both go at one revision, as expirations; the unbound key stays.
-        try await waitUntilGone(client, "presence.a")
+        try advance(clock, milliseconds: 1, client)
         expectRejection(.notFound) { _ = try client.get("presence.a") }
         expectRejection(.notFound) { _ = try client.get("presence.b") }
         #expect(try client.get("presence.c").value.intValue == 3)
@@ -68,18 +47,18 @@ struct SessionTests {
         #expect(expiries.map(\.change.key) == ["presence.a", "presence.b"])
         #expect(Set(expiries.map(\.revision)).count == 1)
         #expect(expiries.allSatisfy { $0.parts == 2 })
-        await daemon.stop()
     }
 
     @Test func endingASessionDeletesItsKeysAtOnceAndRewritesUnbindThem() async throws {
         let daemon = try TestDaemon { $0.sessionTTLMilliseconds = 60_000 }
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         _ = try client.put("s.bound", .int(1), session: session)
         _ = try client.put("s.rebound", .int(1), session: session)
         _ = try client.put("s.rebound", .int(2))  // rewritten without the session: no longer bound
         let ended = try client.keepAlive(session: session, ttlMilliseconds: 0)
         #expect(ended.keys == 0 && ended.expiresAtMs == 0)
-        try await waitUntilGone(client, "s.bound")
+        // The reply waited for the revision that deleted its keys.
         expectRejection(.notFound) { _ = try client.get("s.bound") }
         #expect(try client.get("s.rebound").value.intValue == 2)
         // Bad sessions are refused.
@@ -90,23 +69,26 @@ struct SessionTests {
     }
 
     @Test func sessionsSurviveARestartAndWaitForTheirWriters() async throws {
-        let daemon = try TestDaemon { $0.sessionTTLMilliseconds = 2000 }
+        let clock = ManualClock()
+        let daemon = try TestDaemon(clock: clock) { $0.sessionTTLMilliseconds = 2000 }
+        defer { daemon.stopNow() }
         _ = try daemon.client().put("r.kept", .int(1), session: session)
         _ = try daemon.client().put("r.lost", .int(1), session: Array("writer-2".utf8))
         await daemon.stop()
+        clock.advance(milliseconds: 10_000)  // down for longer than the sessions' time to live
 
         // After the restart both sessions get a full time to live; only writer-1 renews.
-        let restarted = try TestDaemon {
+        let restarted = try TestDaemon(clock: clock) {
             $0.stateDirectory = daemon.configuration.stateDirectory
             $0.sessionTTLMilliseconds = 2000
         }
+        defer { restarted.stopNow() }
         let client = try restarted.client()
-        let renewer = SessionRenewer(runtimeDirectory: restarted.configuration.runtimeDirectory, session: session, ttlMilliseconds: 2000)
         #expect(try client.get("r.kept").value.intValue == 1)
-        try await waitUntilGone(client, "r.lost")
+        try advance(clock, milliseconds: 1500, client)
+        _ = try client.keepAlive(session: session, ttlMilliseconds: 2000)
+        try advance(clock, milliseconds: 500, client)
         expectRejection(.notFound) { _ = try client.get("r.lost") }
         #expect(try client.get("r.kept").value.intValue == 1)
-        renewer.stop()
-        await restarted.stop()
     }
 }

@@ -20,14 +20,23 @@ final class TestDaemon {
     var configuration: DaemonConfiguration { server.configuration }
 
     /// A daemon on new temporary directories, or on those of an earlier one (`reopening`).
-    init(reopening existing: String? = nil, _ configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+    /// - Parameter clock: the daemon's clock (a ``ManualClock`` moves only when the test moves
+    ///   it: after moving it, any request makes the daemon fire what came due); the machine's by default.
+    init(reopening existing: String? = nil, clock: (any DaemonClock)? = nil,
+         _ configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
         directory = try existing ?? temporaryDirectory()
         var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
         configuration.heartbeatIntervalMilliseconds = 100
         configure(&configuration)
         var logger = Logger(label: "test-beacond")
         logger.logLevel = .critical
-        server = try BeaconServer(configuration: configuration, logger: logger)
+        if let clock {
+            server = try BeaconServer(configuration: configuration, logger: logger, clock: clock) { config throws(JournalError) in
+                try Journal(path: config.journalPath, durability: config.durability)
+            }
+        } else {
+            server = try BeaconServer(configuration: configuration, logger: logger)
+        }
         try server.start()
     }
 
@@ -38,6 +47,36 @@ final class TestDaemon {
     func stop() async {
         server.requestStop()
         await server.waitUntilStopped()
+    }
+
+    /// Stops the daemon and waits, blocking the calling thread (for `defer`, which cannot await).
+    /// Stopping twice is harmless.
+    func stopNow() {
+        server.requestStop()
+        let stopped = DispatchSemaphore(value: 0)
+        let server = self.server
+        // On a thread of its own, not the cooperative pool the caller may be blocking.
+        Task.detached(executorPreference: ThreadPerJobExecutor.shared) {
+            await server.waitUntilStopped()
+            stopped.signal()
+        }
+        stopped.wait()
+    }
+}
+
+/// Runs `body` with a daemon on new temporary directories and stops the daemon however `body`
+/// ends — returning, throwing, or failing a `#require`.
+func withDaemon<Result>(clock: (any DaemonClock)? = nil, _ configure: (inout DaemonConfiguration) -> Void = { _ in },
+                        _ body: (TestDaemon) async throws -> Result) async throws -> Result {
+    let daemon = try TestDaemon(clock: clock, configure)
+    defer { daemon.stopNow() }
+    do {
+        let result = try await body(daemon)
+        await daemon.stop()
+        return result
+    } catch {
+        await daemon.stop()
+        throw error
     }
 }
 

@@ -10,6 +10,7 @@ import BeaconTestSupport
 struct WriteTests {
     @Test func anAcknowledgedWriteIsJournaledAndPublishedWithItsRevision() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         try client.subscribe("net.")
         // Wait until the daemon sequences the prefix, so the diff carries its mark.
@@ -39,6 +40,7 @@ struct WriteTests {
 
     @Test func compareAndSetCreateOnlyAndDeleteFollowVersions() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         #expect(try client.put("k", .int(1), createOnly: true).versions == [1])
         let exists = expectRejection(.alreadyExists) { _ = try client.put("k", .int(2), createOnly: true) }
@@ -58,6 +60,7 @@ struct WriteTests {
 
     @Test func aTransactionIsOneRevisionOrNothing() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         try client.subscribe("")
         // Wait until the subscription is live and "" is sequenced: a diff published before that
@@ -95,6 +98,7 @@ struct WriteTests {
 
     @Test func aRetriedWriteIDIsAnsweredWithTheFirstResult() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         let first = try client.put("k", .int(1), writeID: [9, 9, 9])
         let retry = try client.put("k", .int(1), writeID: [9, 9, 9])
@@ -105,6 +109,7 @@ struct WriteTests {
 
         // Also after a restart, from the journal.
         let restarted = try TestDaemon { $0.stateDirectory = daemon.configuration.stateDirectory }
+        defer { restarted.stopNow() }
         let again = try restarted.client().put("k", .int(1), writeID: [9, 9, 9])
         #expect(again.revision == 1 && again.replayed && again.versions == [1])
         await restarted.stop()
@@ -112,6 +117,7 @@ struct WriteTests {
 
     @Test func aKeyWithATTLExpiresAsAJournaledEvent() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         _ = try client.put("session.x", .int(1), ttlMilliseconds: 2000)
         _ = try client.put("keep", .int(1))
@@ -128,11 +134,13 @@ struct WriteTests {
 
     @Test func revisionsContinueAcrossARestart() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         for i in 0..<5 { _ = try client.put("k\(i)", .int(Int64(i))) }
         let epoch = try client.ping().epoch
         await daemon.stop()
         let restarted = try TestDaemon { $0.stateDirectory = daemon.configuration.stateDirectory }
+        defer { restarted.stopNow() }
         let again = try restarted.client()
         #expect(try again.ping().epoch == epoch)
         #expect(try again.put("k9", .int(9)).revision == 6)
@@ -144,6 +152,7 @@ struct WriteTests {
     /// `timestamp_ms`, the same through Get, List, snapshots at the head and below it, and a restart.
     @Test func currentValuesCarryTheirLastWritesCommitTime() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         let before = Journal.nowMilliseconds()
         _ = try client.put("t.a", .int(1))
@@ -166,6 +175,7 @@ struct WriteTests {
         try expectTimes(client)
         await daemon.stop()
         let restarted = try TestDaemon { $0.stateDirectory = daemon.configuration.stateDirectory }
+        defer { restarted.stopNow() }
         try expectTimes(try restarted.client())
         await restarted.stop()
     }
@@ -175,6 +185,7 @@ struct WriteTests {
 struct PipelineTests {
     @Test func pipelinedWritesThroughATinyBatchAreAllAnsweredInOrder() async throws {
         let daemon = try TestDaemon { $0.maxBatch = 4 }
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         let count = 2_000
         for i in 0..<count {
@@ -197,6 +208,7 @@ struct PipelineTests {
 extension WriteTests {
     @Test func aBatchsRequestsAreHandledInOrderEachWithItsOwnRevisionAndReply() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         try client.subscribe("b.")
         try awaitSequencing(client, prefix: "b.")
@@ -233,6 +245,7 @@ extension WriteTests {
 
     @Test func pipelinedBatchesAndSingleRequestsAreAnsweredInTheOrderSent() async throws {
         let daemon = try TestDaemon { $0.maxBatch = 16 }  // batches span several group commits
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         var expected: [UInt64] = []  // the id of each message sent, in order
         var writes = 0
@@ -275,6 +288,7 @@ extension PipelineTests {
             $0.retention = .init(revisions: 500, maxAgeMilliseconds: nil)
             $0.compactionIntervalSeconds = 1
         }
+        defer { daemon.stopNow() }
         let client = try daemon.client()
         let count = 30_000
         var sent = 0, answered = 0
@@ -302,6 +316,7 @@ extension PipelineTests {
 extension PipelineTests {
     @Test func aLargeCompactionRunsInStepsWhileTheDaemonKeepsAnswering() async throws {
         let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
         let writer = try daemon.client()
         let count = 60_000
         var sent = 0, answered = 0

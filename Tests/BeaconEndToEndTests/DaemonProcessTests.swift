@@ -210,7 +210,10 @@ struct DaemonProcessTests {
         #expect(try client.history("", from: 0).events.last?.revision == head)
 
         // A pipelined batch (committed on the commit thread) fails whole and is refused whole.
-        try await Task.sleep(for: .milliseconds(1100))  // past the read-only back-off
+        // Past the read-only back-off: waited for, not slept on.
+        let backOffEnds = ContinuousClock.now + .seconds(30)
+        while try client.stats().readOnly && ContinuousClock.now < backOffEnds { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(try !client.stats().readOnly, "the back-off never ended")
         let pipeliner = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         let medium = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 9, count: 100_000) }
         for i in 0..<60 { try pipeliner.send(.put(.with { $0.key = "batch\(i)"; $0.value = medium })) }

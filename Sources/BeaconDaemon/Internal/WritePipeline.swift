@@ -91,8 +91,13 @@ final class WritePipeline {
         }
     }
 
-    /// Stops the commit thread (take any in-flight outcome first) and closes the journal.
+    /// Whether ``close()`` has run.
+    private var isClosed = false
+
+    /// Stops the commit thread (take any in-flight outcome first) and closes the journal; once.
     func close() {
+        guard !isClosed else { return }
+        isClosed = true
         commits.stop()
         storage.close()
     }
