@@ -95,24 +95,24 @@ extension BeaconServer {
     }
 
     /// A PERMISSION_DENIED refusal, counted.
-    func denied(_ what: String, key: String) -> Refusal {
+    func denied(_ what: String, key: String, context: RequestContext) -> Refusal {
         counters.accessDenied += 1
-        logger.debug("request denied", metadata: ["peer": "\(current.peer)", "what": "\(what)", "key": "\(key)"])
-        return Refusal(.permissionDenied, "\(current.peer.isEmpty ? "this peer" : current.peer) may not \(what)", key: key)
+        logger.debug("request denied", metadata: ["peer": "\(context.peer)", "what": "\(what)", "key": "\(key)"])
+        return Refusal(.permissionDenied, "\(context.peer.isEmpty ? "this peer" : context.peer) may not \(what)", key: key)
     }
 
     /// Refuses a read of `key` the current peer may not read.
-    func checkRead(key: String) throws(Refusal) {
-        if !current.rights.read.contains(key: key) { throw denied("read '\(key)'", key: key) }
-        if let relay, !relay.link.endpoint.carries(key) { throw outsideRelay(key) }
+    func checkRead(key: String, context: RequestContext) throws(Refusal) {
+        if !context.rights.read.contains(key: key) { throw denied("read '\(key)'", key: key, context: context) }
+        if let refusal = authority.refusesRead(of: key, host: self) { throw refusal }
     }
 
     /// Refuses a read under `prefix` unless the current peer may read every key under it.
-    func checkRead(prefix: String) throws(Refusal) {
-        if !current.rights.read.covers(prefix: prefix) {
-            throw denied("read under '\(prefix)' (readable: \(current.rights.read))", key: prefix)
+    func checkRead(prefix: String, context: RequestContext) throws(Refusal) {
+        if !context.rights.read.covers(prefix: prefix) {
+            throw denied("read under '\(prefix)' (readable: \(context.rights.read))", key: prefix, context: context)
         }
-        if let relay, !relay.link.endpoint.carries(prefix) { throw outsideRelay(prefix) }
+        if let refusal = authority.refusesRead(of: prefix, host: self) { throw refusal }
     }
 
     // MARK: Publish socket

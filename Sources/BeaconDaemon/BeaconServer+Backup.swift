@@ -5,8 +5,8 @@ extension BeaconServer {
     /// Answers a `Backup` request. A new copy (empty token) is made in steps between other
     /// requests (``backupStep()``) and the request answered with its first chunk once it is
     /// made; a chunk of a made copy is answered at once.
-    func requestBackup(_ request: Beacon_V1_Backup, id: UInt64, route: ReplyRoute) throws(Refusal) {
-        guard current.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "") }
+    func requestBackup(_ request: Beacon_V1_Backup, id: UInt64, route: ReplyRoute, context: RequestContext) throws(Refusal) {
+        guard context.rights.read.isEverything else { throw denied("back up the journal (needs read=*)", key: "", context: context) }
         let now = clock.now()
         guard request.token.isEmpty else {
             var reply = Beacon_V1_Reply()

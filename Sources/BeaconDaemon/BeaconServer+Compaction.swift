@@ -83,8 +83,8 @@ extension BeaconServer {
 
     /// Answers a `Compact` request: at once when there is nothing to compact, else when the
     /// compaction it starts (or one under way that reaches as far) finishes.
-    func requestCompaction(_ compact: Beacon_V1_Compact, id: UInt64, route: ReplyRoute) throws(Refusal) {
-        guard current.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "") }
+    func requestCompaction(_ compact: Beacon_V1_Compact, id: UInt64, route: ReplyRoute, context: RequestContext) throws(Refusal) {
+        guard context.rights.write.isEverything else { throw denied("compact the journal (needs write=*)", key: "", context: context) }
         if compact.revision > writes.headRevision {
             throw Refusal(.futureRevision, "revision \(compact.revision) is above head \(writes.headRevision)")
         }

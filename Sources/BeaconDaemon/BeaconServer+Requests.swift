@@ -16,31 +16,32 @@ extension BeaconServer {
         // Sent before its connection was closed for not reading its replies: nobody reads the answer.
         if replyFlows.isClosed(connection, now: clock.now()) { return 1 }
         noteConnection(of: body, id: connection)
-        current = requestContext(of: body)
+        let context = requestContext(of: body)
         return body.withUnsafeBytes { bytes in
             if let batch = FastBatch.parse(bytes) {
                 guard let replies = startBatch(id: batch.id, count: batch.requests.count, envelope: envelope) else { return 1 }
                 for (slot, range) in batch.requests.enumerated() {
-                    handle(UnsafeRawBufferPointer(rebasing: bytes[range]), route: .batch(replies, slot: slot), inBatch: true)
+                    handle(UnsafeRawBufferPointer(rebasing: bytes[range]), route: .batch(replies, slot: slot), inBatch: true,
+                           context: context)
                 }
                 return batch.requests.count
             }
-            return handle(bytes, route: .peer(envelope), inBatch: false)
+            return handle(bytes, route: .peer(envelope), inBatch: false, context: context)
         }
     }
 
     /// Handles one encoded request.
     /// - Returns: how many requests it carried.
     @discardableResult
-    private func handle(_ bytes: UnsafeRawBufferPointer, route: ReplyRoute, inBatch: Bool) -> Int {
-        if relay == nil, let put = FastPut.parse(bytes) {
-            stageWrite(put, route: route)
+    private func handle(_ bytes: UnsafeRawBufferPointer, route: ReplyRoute, inBatch: Bool, context: RequestContext) -> Int {
+        if authority.stagesWritesHere, let put = FastPut.parse(bytes) {
+            stageWrite(put, route: route, context: context)
             return 1
         }
         let request: Beacon_V1_Request
         do {
             // Decoded in place: the Data borrows the frame's bytes for the call only.
-            guard let base = bytes.baseAddress else { return handle(Beacon_V1_Request(), route: route, inBatch: inBatch) }
+            guard let base = bytes.baseAddress else { return handle(Beacon_V1_Request(), route: route, inBatch: inBatch, context: context) }
             request = try Beacon_V1_Request(serializedBytes: Data(
                 bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: bytes.count, deallocator: .none))
         } catch {
@@ -48,23 +49,21 @@ extension BeaconServer {
             reject(route, 0, .malformed, "the body is not a beacon.v1.Request: \(error)")
             return 1
         }
-        return handle(request, route: route, inBatch: inBatch)
+        return handle(request, route: route, inBatch: inBatch, context: context)
     }
 
-    /// Handles one decoded request (`replaying`: a relay's, deferred until the connection's
-    /// forwarded requests were answered).
+    /// Handles one decoded request (`replaying`: one the write authority held back, handed back now).
     /// - Returns: how many requests it carried.
     @discardableResult
-    func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool = false) -> Int {
-        if relay != nil, request.op.map({ if case .batch = $0 { false } else { true } }) ?? true,
-           deferIfBehindForwarded(request, route: route, inBatch: inBatch, replaying: replaying) {
+    func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool = false,
+                context: RequestContext) -> Int {
+        if request.op.map({ if case .batch = $0 { false } else { true } }) ?? true,
+           authority.holdsBack(request, route: route, inBatch: inBatch, replaying: replaying, context: context, host: self) {
             return 1
         }
         switch request.op {
-        case .put, .delete, .txn:
-            if relay != nil { forwardToUpstream(request, route: route) } else { stageWrite(request, route: route) }
-        case .keepAlive where relay != nil:
-            forwardToUpstream(request, route: route)
+        case .put, .delete, .txn, .keepAlive:
+            authority.decide(request, route: route, context: context, host: self)
         case .batch(let batch):
             // Reached when the fast path could not read the batch (unknown fields, say).
             guard !inBatch else {
@@ -74,18 +73,18 @@ extension BeaconServer {
             guard case .peer(let envelope) = route,
                   let replies = startBatch(id: request.id, count: batch.requests.count, envelope: envelope) else { return 1 }
             for (slot, inner) in batch.requests.enumerated() {
-                handle(inner, route: .batch(replies, slot: slot), inBatch: true)
+                handle(inner, route: .batch(replies, slot: slot), inBatch: true, context: context)
             }
             return batch.requests.count
         case .compact(let compact):
             do {
-                try requestCompaction(compact, id: request.id, route: route)
+                try requestCompaction(compact, id: request.id, route: route, context: context)
             } catch {
                 refuse(request.id, error, route: route)
             }
         case .backup(let backup):
             do {
-                try requestBackup(backup, id: request.id, route: route)
+                try requestBackup(backup, id: request.id, route: route, context: context)
             } catch {
                 refuse(request.id, error, route: route)
             }
@@ -93,7 +92,7 @@ extension BeaconServer {
             // Read from the journal: commit what is staged first.
             writes.flush()
             do {
-                writes.queue(try changesAnswer(request.op!, id: request.id), to: route)
+                writes.queue(try changesAnswer(request.op!, id: request.id, context: context), to: route)
             } catch {
                 refuse(request.id, error, route: route)
             }
@@ -103,7 +102,7 @@ extension BeaconServer {
             // Reads see only committed state: commit what is staged first.
             writes.flush()
             do {
-                var reply = try answer(op)
+                var reply = try answer(op, context: context)
                 reply.id = request.id
                 send(reply, to: route)
             } catch {
@@ -159,7 +158,7 @@ extension BeaconServer {
     }
 
     /// Answers a read, snapshot, history, stats or admin request.
-    private func answer(_ op: Beacon_V1_Request.OneOf_Op) throws(Refusal) -> Beacon_V1_Reply {
+    private func answer(_ op: Beacon_V1_Request.OneOf_Op, context: RequestContext) throws(Refusal) -> Beacon_V1_Reply {
         var reply = Beacon_V1_Reply()
         let now = clock.now()
         switch op {
@@ -172,13 +171,13 @@ extension BeaconServer {
                 $0.compactedRevision = writes.pipeline.compactedRevision
                 $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
                 $0.daemonVersion = BeaconVersion.string
-                if let upstream = upstreamStatusMessage { $0.upstream = upstream }
+                if let upstream = authority.upstreamStatus { $0.upstream = upstream }
                 $0.bundles = true
             }
 
         case .get(let get):
             if let problem = KeyPath.problem(key: get.key) { throw Refusal(.invalidKey, problem.description, key: get.key) }
-            try checkRead(key: get.key)
+            try checkRead(key: get.key, context: context)
             guard let entry = writes.store.live(get.key) else { throw Refusal(.notFound, "key '\(get.key)' does not exist", key: get.key) }
             var result = Beacon_V1_GetReply()
             result.kv = try keyValue(get.key, entry)
@@ -187,7 +186,7 @@ extension BeaconServer {
 
         case .list(let list):
             try checkPrefix(list.prefix)
-            try checkRead(prefix: list.prefix)
+            try checkRead(prefix: list.prefix, context: context)
             var result = Beacon_V1_ListReply()
             result.revision = writes.headRevision
             let limit = list.limit == 0 ? Int.max : Int(list.limit)
@@ -208,14 +207,16 @@ extension BeaconServer {
 
         case .snapshot(let request):
             try checkPrefix(request.prefix)
-            try checkRead(prefix: request.prefix)
-            reply.snapshot = try snapshot(request, now: now)
+            try checkRead(prefix: request.prefix, context: context)
+            reply.snapshot = try snapshot(request, now: now, context: context)
 
         case .delta, .history:
             preconditionFailure("answered by changesAnswer(_:id:)")
 
         case .stats:
-            guard current.rights.read.isEverything else { throw denied("read the daemon's statistics (needs read=*)", key: "") }
+            guard context.rights.read.isEverything else {
+                throw denied("read the daemon's statistics (needs read=*)", key: "", context: context)
+            }
             reply.stats = .with {
                 $0.epoch = writes.epoch
                 $0.instance = instance
@@ -249,56 +250,71 @@ extension BeaconServer {
                 $0.slowReadersClosed = replyFlows.closedConnections
                 $0.publishBytesUnsent = UInt64(max(publisher.unsent.value, 0))
                 $0.slowSubscribersClosed = counters.slowSubscribersClosed
-                if let upstream = upstreamStatusMessage { $0.upstream = upstream }
-                $0.writesForwarded = relay?.writesForwarded ?? 0
+                if let upstream = authority.upstreamStatus { $0.upstream = upstream }
+                $0.writesForwarded = authority.writesForwarded
             }
 
-        case .keepAlive(let keepAlive):
-            guard !current.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "") }
-            guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
-                throw Refusal(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
-            }
-            // The peer's own session of that name: another's is out of its reach.
-            let id = ownedByCurrentPeer(Array(keepAlive.session))
-            guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
-                throw Refusal(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
-            }
-            guard keepAlive.ttlMs > 0 else {
-                // Ended now: its keys go in one revision, which this reply waits for.
-                writes.endSession(id)
-                reply.keepAlive = Beacon_V1_KeepAliveReply()
-                break
-            }
-            do throws(Refusal) {
-                try writes.checkSessionLimit(id, writer: current, limit: sessionLimit)
-            } catch {
-                counters.quotaExceeded += 1
-                throw error
-            }
-            let ttl = UInt64(keepAlive.ttlMs)
-            let keys = writes.keepAlive(id, ttlMilliseconds: ttl)
-            reply.keepAlive = .with {
-                $0.keys = UInt32(keys)
-                $0.expiresAtMs = clock.wallMilliseconds() + ttl  // as users read it: wall time
-            }
-
-        case .put, .delete, .txn, .batch, .compact, .backup:
-            preconditionFailure("writes are staged, batches unpacked, compactions and backups scheduled, not answered here")
+        case .put, .delete, .txn, .keepAlive, .batch, .compact, .backup:
+            preconditionFailure("writes and KeepAlives go to the write authority, batches are unpacked, compactions and backups scheduled")
         }
         return reply
     }
 
-    /// Sequences `prefix` for a while for the current peer (closing the subscribe/snapshot race)
+    /// Renews or ends a writer's session here (a primary's sessions).
+    func keepAlive(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext) {
+        writes.flush()  // answered against committed state, like a read
+        do throws(Refusal) {
+            var reply = Beacon_V1_Reply()
+            reply.id = request.id
+            reply.keepAlive = try sessionRenewal(request.keepAlive, context: context)
+            send(reply, to: route)
+        } catch {
+            refuse(request.id, error, route: route)
+        }
+    }
+
+    /// Renews session `keepAlive.session` of `context`'s peer, or ends it (a time to live of 0).
+    private func sessionRenewal(_ keepAlive: Beacon_V1_KeepAlive, context: RequestContext) throws(Refusal) -> Beacon_V1_KeepAliveReply {
+        guard !context.rights.write.isEmpty else { throw denied("keep sessions alive (needs some write right)", key: "", context: context) }
+        guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
+            throw Refusal(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
+        }
+        // The peer's own session of that name: another's is out of its reach.
+        let id = context.owned(Array(keepAlive.session))
+        guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
+            throw Refusal(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
+        }
+        guard keepAlive.ttlMs > 0 else {
+            // Ended now: its keys go in one revision, which this reply waits for.
+            writes.endSession(id)
+            return Beacon_V1_KeepAliveReply()
+        }
+        do throws(Refusal) {
+            try writes.checkSessionLimit(id, writer: context, limit: sessionLimit)
+        } catch {
+            counters.quotaExceeded += 1
+            throw error
+        }
+        let ttl = UInt64(keepAlive.ttlMs)
+        let keys = writes.keepAlive(id, ttlMilliseconds: ttl)
+        return .with {
+            $0.keys = UInt32(keys)
+            $0.expiresAtMs = clock.wallMilliseconds() + ttl  // as users read it: wall time
+        }
+    }
+
+    /// Sequences `prefix` for a while for `holder` (closing the subscribe/snapshot race)
     /// and returns its last revision; over `leases_per_peer`, only the revision (counted).
-    private func lease(_ prefix: String, now: MonotonicTime) -> UInt64 {
+    private func lease(_ prefix: String, now: MonotonicTime, holder: String) -> UInt64 {
         let limit = access.needsPeerIdentity ? Int(access.limits.leasesPerPeer) : 0
         let (revision, leased) = publisher.tracker.lease(prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds,
-                                               holder: current.peer, limit: limit) { initialRevision(prefix: prefix) }
+                                               holder: holder, limit: limit) { initialRevision(prefix: prefix) }
         if !leased { counters.leasesRefused += 1 }
         return revision
     }
 
-    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime) throws(Refusal) -> Beacon_V1_SnapshotReply {
+    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime, context: RequestContext) throws(Refusal)
+        -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
         result.epoch = writes.epoch
         result.compactedRevision = writes.pipeline.compactedRevision
@@ -307,7 +323,7 @@ extension BeaconServer {
         if request.revision == 0 || request.revision == head {
             // Head: from memory. Registering the prefix here closes the subscribe/snapshot race.
             result.revision = head
-            result.prefixRevision = lease(request.prefix, now: now)
+            result.prefixRevision = lease(request.prefix, now: now, holder: context.peer)
             var failed: Refusal?
             writes.store.forEach(prefix: request.prefix, after: request.startAfter) { key, entry in
                 guard !entry.isDeleted else { return true }
@@ -353,12 +369,12 @@ extension BeaconServer {
     /// Answers a `Delta` or `History` request from the journal: a page of changes, encoded as it
     /// is read (the stored values go out as they are), or — for a `Delta` with
     /// `snapshot_if_smaller` that outgrew the prefix's state — a snapshot.
-    private func changesAnswer(_ op: Beacon_V1_Request.OneOf_Op, id: UInt64) throws(Refusal) -> PendingReply {
+    private func changesAnswer(_ op: Beacon_V1_Request.OneOf_Op, id: UInt64, context: RequestContext) throws(Refusal) -> PendingReply {
         let now = clock.now()
         switch op {
         case .delta(let delta):
             try checkPrefix(delta.prefix)
-            try checkRead(prefix: delta.prefix)
+            try checkRead(prefix: delta.prefix, context: context)
             if delta.sinceRevision < writes.pipeline.compactedRevision { throw compactedFailure(delta.sinceRevision) }
             if delta.sinceRevision > writes.headRevision {
                 throw Refusal(.futureRevision, "revision \(delta.sinceRevision) is above head \(writes.headRevision)")
@@ -366,10 +382,10 @@ extension BeaconServer {
             if delta.snapshotIfSmaller, try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) {
                 var reply = Beacon_V1_Reply()
                 reply.id = id
-                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now)
+                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now, context: context)
                 return .answer(reply, dependsOnStaged: false)
             }
-            let prefixRevision = lease(delta.prefix, now: now)
+            let prefixRevision = lease(delta.prefix, now: now, holder: context.peer)
             let page = try changes(prefix: delta.prefix, exact: false, from: delta.sinceRevision + 1,
                                    to: writes.headRevision, limit: delta.limit)
             return .encoded(try eventsReply(id: id, page, prefixRevision: prefixRevision))
@@ -377,10 +393,10 @@ extension BeaconServer {
         case .history(let history):
             if history.exact {
                 if let problem = KeyPath.problem(key: history.prefix) { throw Refusal(.invalidKey, problem.description, key: history.prefix) }
-                try checkRead(key: history.prefix)
+                try checkRead(key: history.prefix, context: context)
             } else {
                 try checkPrefix(history.prefix)
-                try checkRead(prefix: history.prefix)
+                try checkRead(prefix: history.prefix, context: context)
             }
             if history.fromRevision != 0 && history.fromRevision <= writes.pipeline.compactedRevision {
                 throw compactedFailure(history.fromRevision)

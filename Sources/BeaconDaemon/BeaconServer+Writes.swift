@@ -6,12 +6,12 @@ import SwiftProtobuf
 
 extension BeaconServer {
     /// Stages a write decoded by SwiftProtobuf.
-    func stageWrite(_ request: Beacon_V1_Request, route: ReplyRoute) {
+    func stageWrite(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext) {
         switch request.op {
         case .put(let put):
-            stageWrite(id: request.id, [WriteOp(put)], writeID: Array(put.writeID), route: route)
+            stageWrite(id: request.id, [WriteOp(put)], writeID: Array(put.writeID), route: route, context: context)
         case .delete(let delete):
-            stageWrite(id: request.id, [WriteOp(delete)], writeID: Array(delete.writeID), route: route)
+            stageWrite(id: request.id, [WriteOp(delete)], writeID: Array(delete.writeID), route: route, context: context)
         case .txn(let txn):
             var ops: [WriteOp] = []
             ops.reserveCapacity(txn.ops.count)
@@ -21,37 +21,37 @@ extension BeaconServer {
                 }
                 ops.append(converted)
             }
-            stageWrite(id: request.id, ops, writeID: Array(txn.writeID), route: route)
+            stageWrite(id: request.id, ops, writeID: Array(txn.writeID), route: route, context: context)
         default:
             preconditionFailure("not a write")
         }
     }
 
     /// Stages a put parsed by the fast path.
-    func stageWrite(_ put: FastPut, route: ReplyRoute) {
+    func stageWrite(_ put: FastPut, route: ReplyRoute, context: RequestContext) {
         var op = WriteOp(key: put.key, action: .put(encodedValue: put.encodedValue, createOnly: put.createOnly,
                                                     ttlMilliseconds: put.ttlMilliseconds, session: []), ifVersion: put.ifVersion)
         if let problem = Beacon_V1_Value.sizeProblem(encodedBytes: put.encodedValue.count) {
             op.valueProblem = (.valueTooLarge, problem.description)
         }
-        stageWrite(id: put.id, CollectionOfOne(op), writeID: put.writeID, route: route)
+        stageWrite(id: put.id, CollectionOfOne(op), writeID: put.writeID, route: route, context: context)
     }
 
     /// Generic so that a one-operation write passes its operation without allocating an array.
-    private func stageWrite<Ops: RandomAccessCollection<WriteOp>>(id: UInt64, _ ops: Ops, writeID: [UInt8], route: ReplyRoute)
-        where Ops.Index == Int {
+    private func stageWrite<Ops: RandomAccessCollection<WriteOp>>(id: UInt64, _ ops: Ops, writeID: [UInt8], route: ReplyRoute,
+                                                                 context: RequestContext) where Ops.Index == Int {
         if writeID.count > WireLimits.maxWriteIDBytes {
             return reject(route, id, .invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
         // Rights before the write id: a peer that may not make this write learns nothing of a
         // write with the same id.
         do throws(Refusal) {
-            try checkWriteRights(ops)
+            try checkWriteRights(ops, context: context)
         } catch {
             return refuse(id, error, route: route)
         }
         // Ids are the writer's own: another peer's write with the same id is another write.
-        let writeID = writeID.isEmpty ? writeID : current.owned(writeID)
+        let writeID = writeID.isEmpty ? writeID : context.owned(writeID)
         if !writeID.isEmpty, let revision = writes.committedRevision(ofWriteID: writeID) {
             return writes.answerRetry(id: id, revision: revision, route: route)
         }
@@ -59,18 +59,18 @@ extension BeaconServer {
             return refuse(id, refusal, route: route)
         }
         do throws(Refusal) {
-            try admit(ops)
+            try admit(ops, context: context)
         } catch {
             return refuse(id, error, route: route)
         }
         do throws(Refusal) {
-            let changes = try writes.prepare(ops, writeID: writeID, writer: current, sessionLimit: sessionLimit)
+            let changes = try writes.prepare(ops, writeID: writeID, writer: context, sessionLimit: sessionLimit)
             var creates = 0
             for index in changes.indices where changes[index].kind == .put && changes[index].version == 1 { creates += 1 }
-            if !access.mayCreate(creates, peer: current.peer) {
-                throw Refusal(.quotaExceeded, "\(current.peer) may have at most \(access.limits.keysPerPeer) live keys it created (keys_per_peer)")
+            if !access.mayCreate(creates, peer: context.peer) {
+                throw Refusal(.quotaExceeded, "\(context.peer) may have at most \(access.limits.keysPerPeer) live keys it created (keys_per_peer)")
             }
-            access.recordOwnership(of: changes, peer: current.peer)
+            access.recordOwnership(of: changes, peer: context.peer)
             writes.stage(changes, of: ops, id: id, writeID: writeID, route: route)
         } catch {
             if error.code == .quotaExceeded { counters.quotaExceeded += 1 }
@@ -80,18 +80,16 @@ extension BeaconServer {
     }
 
     /// Refuses a write with a key the peer may not write.
-    func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
-        if current.rights.write.isEverything { return }  // no policy: nothing to look up or copy
-        let writable = current.rights.write
+    func checkWriteRights<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, context: RequestContext) throws(Refusal)
+        where Ops.Index == Int {
+        if context.rights.write.isEverything { return }  // no policy: nothing to look up or copy
+        let writable = context.rights.write
         for index in ops.indices where !writable.contains(key: ops[index].key) {
-            var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key)
+            var rejection = denied("write '\(ops[index].key)' (writable: \(writable))", key: ops[index].key, context: context)
             rejection.operationIndex = UInt32(index)
             throw rejection
         }
     }
-
-    /// A write id or session of the current peer, as the daemon keeps it (``RequestContext/owned(_:)``).
-    func ownedByCurrentPeer(_ id: [UInt8]) -> [UInt8] { current.owned(id) }
 
     /// How many sessions a peer may hold (`sessions_per_peer`); 0 when peers are not told apart
     /// (without rules or per-peer limits every peer may end any session).
@@ -99,7 +97,7 @@ extension BeaconServer {
 
     /// Checks a write against the peer's limits, after its rights and before its preconditions:
     /// the value size limit, the write rate, and the journal size.
-    func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops) throws(Refusal) where Ops.Index == Int {
+    func admit<Ops: RandomAccessCollection<WriteOp>>(_ ops: Ops, context: RequestContext) throws(Refusal) where Ops.Index == Int {
         let limits = access.limits
         // The protocol's own limit is checked with the value's structure (WriteOp).
         for index in ops.indices where limits.maxValueBytes < WireLimits.maxValueBytes {
@@ -110,9 +108,9 @@ extension BeaconServer {
                 throw refusal
             }
         }
-        if limits.writesPerSecond > 0, let wait = access.takeWrite(peer: current.peer, now: clock.now().milliseconds) {
+        if limits.writesPerSecond > 0, let wait = access.takeWrite(peer: context.peer, now: clock.now().milliseconds) {
             counters.rateLimited += 1
-            var refusal = Refusal(.rateLimited, "more than \(limits.writesPerSecond) writes per second from \(current.peer) (writes_per_second); retry in \(wait) ms")
+            var refusal = Refusal(.rateLimited, "more than \(limits.writesPerSecond) writes per second from \(context.peer) (writes_per_second); retry in \(wait) ms")
             refusal.retryAfterMilliseconds = wait
             throw refusal
         }
@@ -168,7 +166,7 @@ extension BeaconServer {
         heartbeat.intervalMs = live.heartbeatIntervalMilliseconds
         heartbeat.timestampMs = clock.wallMilliseconds()
         heartbeat.prefixes = publisher.tracker.heads
-        if let upstream = upstreamStatusMessage { heartbeat.upstream = upstream }
+        if let upstream = authority.upstreamStatus { heartbeat.upstream = upstream }
         heartbeat.bundles = true
         publishHeartbeats(heartbeat)
     }
@@ -195,16 +193,49 @@ extension BeaconServer: WritePathDelegate {
     func committed(_ batch: [StagedWrite]) {
         counters.commits += 1
         counters.writes += UInt64(batch.count)
-        if relay != nil { mirrorAdvanced() }
+        authority.committed(host: self)
     }
 
     func rolledBack(_ refused: [StagedWrite], _ error: JournalError) {
         counters.rejected += UInt64(refused.count { !$0.isDaemons })
-        // A relay's mirrored revisions that were not journaled are fetched again.
-        relay?.link.resume(after: writes.durableRevision, epoch: writes.epoch)
+        authority.rolledBack(host: self)
     }
 
     func removedByDaemon(_ changes: [JournalChange]) {
         access.recordOwnership(of: changes, peer: nil)
+    }
+}
+
+extension BeaconServer: AuthorityHost {
+    var perConnectionBytes: Int { replyFlows.limits.perConnection }
+
+    /// Chooses who decides writes: the upstream this daemon relays, when one is configured.
+    func chooseAuthority() throws(DaemonError) {
+        guard let upstream = configuration.upstream else { return }
+        authority = try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: context,
+                              writes: writes, perConnectionBytes: perConnectionBytes, logger: logger)
+    }
+
+    func checkWrite(_ ops: [WriteOp], context: RequestContext) throws(Refusal) {
+        try checkWriteRights(ops, context: context)
+        try admit(ops, context: context)
+    }
+
+    func closeConnection(_ connection: RoutingID, pilingUp held: Int, reason: String) {
+        if let victim = replyFlows.victim(closing: connection, heldBytes: held, reason: reason) {
+            closeConnection(victim, because: "it piles requests up behind writes the upstream has not answered")
+        } else {
+            replyFlows.close(connection, now: clock.now())
+        }
+    }
+
+    func countRejected(_ count: UInt64) { counters.rejected += count }
+
+    func countAccessDenied() { counters.accessDenied += 1 }
+
+    func historyReplaced(at revision: UInt64) {
+        publisher.tracker.restart(at: revision)
+        answerCompactionWaiters(removed: 0)  // what a compaction under way would have removed is gone
+        publishHeartbeat()
     }
 }

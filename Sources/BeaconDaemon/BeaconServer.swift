@@ -55,8 +55,8 @@ public final class BeaconServer: @unchecked Sendable {
     @exclusivity(unchecked) var lastStalledSubscriberScan = MonotonicTime(milliseconds: 0)
     /// Subscriber connections whose send queue was full at the last scan.
     @exclusivity(unchecked) var stalledSubscribers: Set<StalledSubscriber> = []
-    /// A relay's link to its upstream and the requests forwarded on it; nil on a primary.
-    @exclusivity(unchecked) var relay: RelayState?
+    /// Who decides writes: this daemon against its journal, or the upstream it relays.
+    @exclusivity(unchecked) var authority: any WriteAuthority = JournalAuthority()
 
     private(set) var context: ZMQContext!
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
@@ -152,7 +152,7 @@ public final class BeaconServer: @unchecked Sendable {
         do {
             try whileStarting("loading the current state") { () throws(DaemonError) in try loadState() }
             try openSockets()
-            try startRelay()
+            try chooseAuthority()
         } catch {
             writes.close()
             lock?.release()
@@ -257,7 +257,7 @@ public final class BeaconServer: @unchecked Sendable {
             + "\(Int(writesPerSecond.rounded())) writes/s, journal \(writes.pipeline.sizeInBytes / 1024) KiB"
             + (writes.isReadOnly ? ", READ-ONLY: \(writes.backoff.reason ?? "journal unwritable")" : "")
             + servingStatus
-            + relayStatusLine
+            + authority.statusLine(headRevision: writes.headRevision)
     }
 
     /// What the status line says when libzmq has moved no message for more than a watchdog interval.
@@ -478,7 +478,7 @@ public final class BeaconServer: @unchecked Sendable {
             }
             // Kept replies are offered again soon: a connection reading them is not told so.
             if replyFlows.hasWaiting { timeout = min(timeout, 2) }
-            if let link = relay?.link { timeout = min(timeout, link.timeoutMilliseconds) }
+            if let wait = authority.pollTimeoutMilliseconds { timeout = min(timeout, wait) }
             if polledGeneration != publisher.generation {
                 // First pass, or the publish socket was reopened: poll the sockets there are now.
                 poller = ZMQPoller()
@@ -487,12 +487,7 @@ public final class BeaconServer: @unchecked Sendable {
                 wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
                 zapIndex = poller.add(zap!)
                 if let servingProbe { probeIndex = poller.add(servingProbe.pollable) }
-                if let link = relay?.link {
-                    // Whatever they bring is read every pass (serviceUpstream).
-                    _ = poller.add(link.dealer)
-                    _ = poller.add(link.subscriber)
-                    _ = poller.add(link.handshakeEvents.reader)
-                }
+                authority.register(in: poller)  // serviced every pass
                 monitors = Array(connections.monitors.keys)
                 monitorIndices = monitors.map { poller.add(connections.monitors[$0]!.reader) }
                 polledGeneration = publisher.generation
@@ -504,7 +499,7 @@ public final class BeaconServer: @unchecked Sendable {
                 break
             }
             if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
-            serviceUpstream()
+            authority.service(host: self)
             for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) {
                 drainConnections(monitor)
             }
@@ -550,13 +545,12 @@ public final class BeaconServer: @unchecked Sendable {
             }
             if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
             if backupStepWait(busy: servedRequests) == 0 { backupStep() }
-            if relay != nil { replayDeferred() }
+            authority.finishPass(host: self)
             if replyFlows.hasWaiting { flushKeptReplies() }
             applyPendingReload()
         }
         // Requests already read are answered; then everything closes in order.
-        abandonForwarded()
-        relay?.link.close()
+        authority.shutDown(host: self)
         writes.flush()
         backups.removeAll()
         connections.close()

@@ -1,0 +1,149 @@
+import BeaconProtocol
+
+/// A relay's request order per connection. A write it forwards is answered by the upstream later;
+/// whatever the same connection sends after it — a read that must see it, a write that must not
+/// be applied before it — waits until every forwarded request of that connection is answered,
+/// then is handed back in order. Forwarded writes pipeline behind each other (the upstream
+/// answers one connection in order). What waits is bounded in bytes per connection.
+///
+/// A value: no sockets, no clock; the relay asks it and acts.
+struct ForwardingOrder<Request> {
+    /// A request that waits.
+    struct Waiting {
+        var request: Request
+        /// Whether it is forwarded itself when its turn comes (a write, a `KeepAlive`).
+        var isForwarded: Bool
+        var bytes: Int
+    }
+
+    /// What becomes of a request as it arrives.
+    enum Admission: Equatable {
+        /// Handle it now.
+        case now
+        /// It waits: kept, handed back by ``nextToHandBack()``.
+        case waits
+        /// Keeping it would pass the bound: the connection is to be closed; what waited is dropped.
+        case overBound(held: Int)
+    }
+
+    /// Bytes one connection may have waiting.
+    var boundBytes: Int
+    /// Per connection, forwarded requests not yet answered.
+    private(set) var unanswered: [RoutingID: Int] = [:]
+    private var waiting: [RoutingID: (requests: [Waiting], bytes: Int)] = [:]
+    /// Connections whose forwarded requests were all answered, with requests waiting.
+    private var due: Set<RoutingID> = []
+    /// The connection being handed back.
+    private var handingBack: RoutingID?
+
+    init(boundBytes: Int) {
+        self.boundBytes = boundBytes
+    }
+
+    /// Requests waiting, over all connections.
+    var waitingCount: Int { waiting.values.reduce(0) { $0 + $1.requests.count } }
+
+    /// Decides whether `request` of `connection` goes now or waits (`handedBack`: it is one that
+    /// waited, on its way back now).
+    mutating func admit(_ request: Request, of connection: RoutingID, isForwarded: Bool, bytes: Int,
+                        handedBack: Bool = false) -> Admission {
+        let inFlight = unanswered[connection] ?? 0
+        let queued = !handedBack && waiting[connection] != nil
+        guard inFlight > 0 || queued else { return .now }
+        if !queued && isForwarded { return .now }  // writes pipeline behind writes
+        let held = (waiting[connection]?.bytes ?? 0) + bytes
+        guard held <= boundBytes else {
+            drop(connection)
+            return .overBound(held: held)
+        }
+        waiting[connection, default: ([], 0)].requests.append(Waiting(request: request, isForwarded: isForwarded, bytes: bytes))
+        waiting[connection]!.bytes = held
+        return .waits
+    }
+
+    /// A request of `connection` was forwarded.
+    mutating func forwarded(by connection: RoutingID) {
+        unanswered[connection, default: 0] += 1
+    }
+
+    /// A forwarded request of `connection` was answered (and, for a write, shown here).
+    mutating func answered(for connection: RoutingID) {
+        guard let left = unanswered[connection] else { return }
+        if left > 1 {
+            unanswered[connection] = left - 1
+            return
+        }
+        unanswered[connection] = nil
+        if waiting[connection] != nil { due.insert(connection) }
+    }
+
+    /// The next waiting request whose turn has come, in its connection's order: until a request
+    /// that is not forwarded meets forwarded ones of its connection still unanswered.
+    mutating func nextToHandBack() -> Request? {
+        while true {
+            if handingBack == nil {
+                guard let connection = due.popFirst() else { return nil }
+                handingBack = connection
+            }
+            let connection = handingBack!
+            guard let next = waiting[connection]?.requests.first,
+                  next.isForwarded || (unanswered[connection] ?? 0) == 0 else {
+                handingBack = nil
+                continue
+            }
+            waiting[connection]!.requests.removeFirst()
+            waiting[connection]!.bytes -= next.bytes
+            if waiting[connection]!.requests.isEmpty { waiting[connection] = nil }
+            return next.request
+        }
+    }
+
+    /// Forgets what `connection` has waiting.
+    mutating func drop(_ connection: RoutingID) {
+        waiting[connection] = nil
+        due.remove(connection)
+        if handingBack == connection { handingBack = nil }
+    }
+
+    /// Whether anything is to be handed back.
+    var hasDue: Bool { !due.isEmpty || handingBack != nil }
+}
+
+/// Writes the upstream acknowledged at a revision this relay has not journaled yet, in revision
+/// order: each is answered once the relay's own journal shows it (read-your-writes through the
+/// relay), and only while the relay holds the upstream's current epoch.
+struct MirrorWaiters<Waiter> {
+    private struct Entry {
+        var epoch: UInt64
+        var revision: UInt64
+        var waiter: Waiter
+    }
+
+    private var entries: [Entry] = []
+
+    var count: Int { entries.count }
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// Adds a write acknowledged at `revision` of `epoch`, after those of that epoch at or below it.
+    mutating func add(_ waiter: Waiter, epoch: UInt64, revision: UInt64) {
+        let place = entries.lastIndex { $0.epoch != epoch || $0.revision <= revision }.map { $0 + 1 } ?? 0
+        entries.insert(Entry(epoch: epoch, revision: revision, waiter: waiter), at: place)
+    }
+
+    /// Takes the writes the relay now shows, in order: with the journal at the upstream's epoch,
+    /// those through `durableRevision` and those of another epoch (gone with that journal:
+    /// answered as they are, never waited for). Nothing while the epochs differ.
+    mutating func takeShown(journalEpoch: UInt64, upstreamEpoch: UInt64, durableRevision: UInt64) -> [Waiter] {
+        guard upstreamEpoch == journalEpoch else { return [] }
+        let count = entries.prefix { $0.epoch != journalEpoch || $0.revision <= durableRevision }.count
+        guard count > 0 else { return [] }
+        defer { entries.removeFirst(count) }
+        return entries[..<count].map(\.waiter)
+    }
+
+    /// Takes every waiting write with its revision (at shutdown).
+    mutating func takeAll() -> [(waiter: Waiter, revision: UInt64)] {
+        defer { entries.removeAll() }
+        return entries.map { ($0.waiter, $0.revision) }
+    }
+}

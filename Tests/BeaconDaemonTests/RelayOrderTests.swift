@@ -1,0 +1,84 @@
+@testable import BeaconDaemon
+import BeaconTestSupport
+import BeaconZMQ
+import Testing
+
+/// A relay's rules, as values: a connection's requests wait behind its forwarded writes, and a
+/// forwarded write is answered only once the relay's own journal shows it. No sockets.
+@Suite(.offThePool, .timeLimit(.minutes(3)))
+struct RelayOrderTests {
+    static let alice = RoutingID(ZMQMessage(bytes: [0, 0, 0, 0, 1]))
+    static let bob = RoutingID(ZMQMessage(bytes: [0, 0, 0, 0, 2]))
+
+    /// Every request handed back now, in order.
+    static func handBack(_ order: inout ForwardingOrder<String>) -> [String] {
+        var out: [String] = []
+        while let next = order.nextToHandBack() { out.append(next) }
+        return out
+    }
+
+    @Test func aReadAfterAForwardedWriteWaitsForItsAnswerAndWritesPipeline() {
+        var order = ForwardingOrder<String>(boundBytes: 1000)
+        #expect(order.admit("write 1", of: Self.alice, isForwarded: true, bytes: 10) == .now)
+        order.forwarded(by: Self.alice)
+        #expect(order.admit("write 2", of: Self.alice, isForwarded: true, bytes: 10) == .now, "writes pipeline behind writes")
+        order.forwarded(by: Self.alice)
+        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 10) == .waits)
+        #expect(order.admit("write 3", of: Self.alice, isForwarded: true, bytes: 10) == .waits, "behind the read that waits")
+        #expect(order.admit("read of bob", of: Self.bob, isForwarded: false, bytes: 10) == .now, "another connection is not held")
+        order.answered(for: Self.alice)
+        #expect(Self.handBack(&order).isEmpty, "one forwarded write is still unanswered")
+        order.answered(for: Self.alice)
+        // The read goes, then the write behind it (forwarded itself: the relay forwards it again).
+        #expect(order.nextToHandBack() == "read 1")
+        #expect(order.nextToHandBack() == "write 3")
+        #expect(order.nextToHandBack() == nil)
+        #expect(order.waitingCount == 0)
+    }
+
+    @Test func handingBackStopsAtAReadBehindAWriteItForwardedAgain() {
+        var order = ForwardingOrder<String>(boundBytes: 1000)
+        order.forwarded(by: Self.alice)
+        for request in ["read 1", "write 2", "read 3"] {
+            #expect(order.admit(request, of: Self.alice, isForwarded: request.hasPrefix("write"), bytes: 1) == .waits)
+        }
+        order.answered(for: Self.alice)
+        #expect(order.nextToHandBack() == "read 1")
+        #expect(order.nextToHandBack() == "write 2")
+        // The relay forwards write 2 as it is handed back: read 3 waits for its answer.
+        order.forwarded(by: Self.alice)
+        #expect(order.nextToHandBack() == nil)
+        #expect(order.waitingCount == 1)
+        order.answered(for: Self.alice)
+        #expect(Self.handBack(&order) == ["read 3"])
+    }
+
+    @Test func whatWaitsIsBoundedInBytesPerConnection() {
+        var order = ForwardingOrder<String>(boundBytes: 100)
+        order.forwarded(by: Self.alice)
+        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 60) == .waits)
+        #expect(order.admit("read 2", of: Self.alice, isForwarded: false, bytes: 60) == .overBound(held: 120))
+        #expect(order.waitingCount == 0, "what the connection had waiting is dropped with it")
+        order.answered(for: Self.alice)
+        #expect(order.nextToHandBack() == nil)
+    }
+
+    @Test func answeredWritesWaitForTheMirrorInRevisionOrderAndOnlyInTheUpstreamsEpoch() {
+        var waiters = MirrorWaiters<String>()
+        waiters.add("r12", epoch: 7, revision: 12)
+        waiters.add("r10", epoch: 7, revision: 10)
+        waiters.add("r11", epoch: 7, revision: 11)
+        #expect(waiters.takeShown(journalEpoch: 6, upstreamEpoch: 7, durableRevision: 99).isEmpty,
+                "the relay holds another epoch: nothing of this one is shown yet")
+        #expect(waiters.takeShown(journalEpoch: 7, upstreamEpoch: 7, durableRevision: 9).isEmpty)
+        #expect(waiters.takeShown(journalEpoch: 7, upstreamEpoch: 7, durableRevision: 11) == ["r10", "r11"])
+        #expect(waiters.count == 1)
+        // Acknowledged in an epoch the relay's journal no longer holds: answered as it is.
+        waiters.add("old", epoch: 5, revision: 3)
+        #expect(waiters.takeShown(journalEpoch: 7, upstreamEpoch: 7, durableRevision: 11) == [])
+        #expect(waiters.takeShown(journalEpoch: 7, upstreamEpoch: 7, durableRevision: 12) == ["r12", "old"])
+        waiters.add("left", epoch: 7, revision: 20)
+        #expect(waiters.takeAll().map(\.revision) == [20])
+        #expect(waiters.isEmpty)
+    }
+}
