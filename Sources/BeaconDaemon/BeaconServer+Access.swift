@@ -32,7 +32,7 @@ extension BeaconServer {
 
     /// Answers every waiting ZAP request: which peers may connect, and under which user id.
     func drainAuthentication() {
-        guard let zap else { return }
+        let zap = network.zap
         while let frames = try? zap.receiveMessage(flags: .dontWait) {
             // version, request id, domain, address, routing id, mechanism, credentials...
             let requestID = frames.count > 1 ? frames[1].bytes : []
@@ -49,8 +49,8 @@ extension BeaconServer {
                 reply = ["200", "OK", peer.description]
                 logger.debug("peer admitted", metadata: ["peer": "\(peer)"])
             } else {
-                counters.connectionsRefused += 1
-                if let held = logThrottle.admit("connection.refused", now: clock.now()) {
+                stats.connectionsRefused += 1
+                if let held = stats.logThrottle.admit("connection.refused", now: clock.now()) {
                     logger.notice("connection refused", metadata: [
                         "peer": "\(peer?.description ?? "unidentified")", "domain": "\(frames[2].string)",
                         "mechanism": "\(frames[5].string)", "held.back": "\(held)"])
@@ -96,7 +96,7 @@ extension BeaconServer {
 
     /// A PERMISSION_DENIED refusal, counted.
     func denied(_ what: String, key: String, context: RequestContext) -> Refusal {
-        counters.accessDenied += 1
+        stats.accessDenied += 1
         logger.debug("request denied", metadata: ["peer": "\(context.peer)", "what": "\(what)", "key": "\(key)"])
         return Refusal(.permissionDenied, "\(context.peer.isEmpty ? "this peer" : context.peer) may not \(what)", key: key)
     }
@@ -169,7 +169,7 @@ extension BeaconServer {
             let bytes = frame.bytes
             let userID = frame.metadata("User-Id")
             guard let kind = bytes.first, kind <= 1 else {
-                if let held = logThrottle.admit("upstream", now: now) {
+                if let held = stats.logThrottle.admit("upstream", now: now) {
                     logger.notice("a subscriber sent a message that is not a subscription; its connection is closed, and subscriptions queued behind it are refused",
                                   metadata: ["peer": "\(userID ?? "")", "bytes": "\(bytes.count)", "held.back": "\(held)"])
                 }
@@ -179,8 +179,8 @@ extension BeaconServer {
             }
             let topic = Array(bytes.dropFirst())
             if case .close(let reason) = recordSubscription(topic, subscribe: kind == 1, frame: frame) {
-                counters.subscriptionsRefused += kind == 1 ? 1 : 0
-                if let held = logThrottle.admit("subscription.connection", now: now) {
+                stats.subscriptionsRefused += kind == 1 ? 1 : 0
+                if let held = stats.logThrottle.admit("subscription.connection", now: now) {
                     logger.notice("subscriber connection closed: \(reason)", metadata: ["peer": "\(userID ?? "")", "held.back": "\(held)"])
                 }
                 // Reading on would let libzmq take in more of what that connection sent before
@@ -194,50 +194,18 @@ extension BeaconServer {
             }
             if kind == 1 {
                 guard inStep else {
-                    counters.subscriptionsRefused += 1
+                    stats.subscriptionsRefused += 1
                     refusedOutOfStep += 1
                     outOfStep.append(subscriberConnection(of: frame))
                     continue
                 }
-                let rights = access.rights(userID: userID)
-                // Checked before anything is counted or followed: a refused prefix is not sequenced.
-                guard let granted = access.topics(forSubscription: topic, rights: rights) else {
-                    counters.subscriptionsRefused += 1
-                    if let held = logThrottle.admit("subscription.denied", now: now) {
-                        logger.notice("subscription refused: not readable", metadata: [
-                            "peer": "\(userID ?? "")", "topic": "\(String(decoding: topic, as: UTF8.self))", "held.back": "\(held)"])
-                    }
-                    continue
-                }
-                guard access.countSubscription(topic, peer: userID ?? "") else {
-                    counters.subscriptionsRefused += 1
-                    if let held = logThrottle.admit("subscription.limit", now: now) {
-                        logger.notice("subscription refused: limit reached", metadata: [
-                            "peer": "\(userID ?? "")", "limit": "\(access.limits.subscriptionsPerPeer)", "held.back": "\(held)"])
-                    }
-                    continue
-                }
-                if let prefix {
-                    // A prefix's last revision must count only published writes: commit and publish
-                    // what is pending before computing it.
-                    if !publisher.tracker.isTracked(prefix) { writes.flush() }
-                    publisher.tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
-                }
-                if let bundled { publisher.subscribeBundles(of: bundled) }
-                publisher.grant(granted)
+                if !grantSubscription(topic, prefix: prefix, bundled: bundled, userID: userID, now: now) { stats.subscriptionsRefused += 1 }
             } else {
-                guard access.releaseSubscription(topic, peer: userID) else { continue }
-                if let prefix { publisher.tracker.unsubscribe(prefix, nowMilliseconds: now.milliseconds) }
-                if let bundled { publisher.unsubscribeBundles(of: bundled) }
-                // A closed connection's subscriptions are gone already; a live peer's are removed,
-                // from its own connection only while the pairing is in step.
-                if inStep, let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {
-                    publisher.revoke(granted)
-                }
+                cancelSubscription(topic, prefix: prefix, bundled: bundled, userID: userID, inStep: inStep, now: now)
             }
         }
         if refusedOutOfStep > 0 {
-            if let held = logThrottle.admit("subscription.out-of-step", now: now) {
+            if let held = stats.logThrottle.admit("subscription.out-of-step", now: now) {
                 logger.notice("subscriptions refused behind a message that is not one; their connections are closed to subscribe again",
                               metadata: ["subscriptions": "\(refusedOutOfStep)", "held.back": "\(held)"])
             }
@@ -246,6 +214,50 @@ extension BeaconServer {
             for connection in outOfStep {
                 if let connection { closeSubscriber(fd: connection.fd, peer: connection.peer) } else { resetPublisherSoon(now: now) }
             }
+        }
+    }
+
+    /// Grants a subscription to `topic` if the peer may read it and holds fewer than its limit:
+    /// its prefix (or bundle) is sequenced from then on.
+    /// - Returns: whether it was granted.
+    private func grantSubscription(_ topic: [UInt8], prefix: String?, bundled: String?, userID: String?, now: MonotonicTime) -> Bool {
+        let rights = access.rights(userID: userID)
+        // Checked before anything is counted or followed: a refused prefix is not sequenced.
+        guard let granted = access.topics(forSubscription: topic, rights: rights) else {
+            if let held = stats.logThrottle.admit("subscription.denied", now: now) {
+                logger.notice("subscription refused: not readable", metadata: [
+                    "peer": "\(userID ?? "")", "topic": "\(String(decoding: topic, as: UTF8.self))", "held.back": "\(held)"])
+            }
+            return false
+        }
+        guard access.countSubscription(topic, peer: userID ?? "") else {
+            if let held = stats.logThrottle.admit("subscription.limit", now: now) {
+                logger.notice("subscription refused: limit reached", metadata: [
+                    "peer": "\(userID ?? "")", "limit": "\(access.limits.subscriptionsPerPeer)", "held.back": "\(held)"])
+            }
+            return false
+        }
+        if let prefix {
+            // A prefix's last revision must count only published writes: commit and publish
+            // what is pending before computing it.
+            if !publisher.tracker.isTracked(prefix) { writes.flush() }
+            publisher.tracker.subscribe(prefix) { initialRevision(prefix: prefix) }
+        }
+        if let bundled { publisher.subscribeBundles(of: bundled) }
+        publisher.grant(granted)
+        return true
+    }
+
+    /// Cancels a subscription to `topic` the peer held.
+    private func cancelSubscription(_ topic: [UInt8], prefix: String?, bundled: String?, userID: String?, inStep: Bool,
+                                    now: MonotonicTime) {
+        guard access.releaseSubscription(topic, peer: userID) else { return }
+        if let prefix { publisher.tracker.unsubscribe(prefix, nowMilliseconds: now.milliseconds) }
+        if let bundled { publisher.unsubscribeBundles(of: bundled) }
+        // A closed connection's subscriptions are gone already; a live peer's are removed,
+        // from its own connection only while the pairing is in step.
+        if inStep, let userID, let granted = access.topics(forSubscription: topic, rights: access.rights(userID: userID)) {
+            publisher.revoke(granted)
         }
     }
 

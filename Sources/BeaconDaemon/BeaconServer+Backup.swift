@@ -11,22 +11,22 @@ extension BeaconServer {
         guard request.token.isEmpty else {
             var reply = Beacon_V1_Reply()
             reply.id = id
-            reply.backup = try backups.chunk([UInt8](request.token), at: request.offset, now: now)
+            reply.backup = try maintenance.backups.chunk([UInt8](request.token), at: request.offset, now: now)
             send(reply, to: route)
             return
         }
         guard request.offset == 0 else { throw Refusal(.invalidArgument, "a new backup starts at offset 0") }
         writes.flush()  // the journal is the loop's to use only with no commit in flight
-        try backups.begin(from: writes.journal, now: now, ticket: { writes.hold(route) }, requestID: id)
-        backupPacer.start()
+        try maintenance.backups.begin(from: writes.journal, now: now, ticket: { writes.hold(route) }, requestID: id)
+        maintenance.backupPacer.start()
         logger.info("journal backup started", metadata: ["journal.bytes": "\(writes.pipeline.sizeInBytes)"])
     }
 
     /// Nanoseconds until the loop should copy the next pages of a backup (0: now), or `nil` when
     /// no copy is being made (paced by ``StepPacer``, like compaction).
     func backupStepWait(busy: Bool) -> UInt64? {
-        guard backups.making != nil else { return nil }
-        return backupPacer.wait(busy: busy)
+        guard maintenance.backups.making != nil else { return nil }
+        return maintenance.backupPacer.wait(busy: busy)
     }
 
     /// Copies the next pages of the backup being made; once it is made, answers its request with
@@ -34,8 +34,8 @@ extension BeaconServer {
     func backupStep() {
         writes.flush()  // steps use the journal's connection: no commit may be in flight
         let started = StepPacer.monotonicNanoseconds()
-        let progress = backups.step(pages: backupPacer.size, revision: writes.journal.headRevision, now: clock.now())
-        backupPacer.stepped(startedAt: started)
+        let progress = maintenance.backups.step(pages: maintenance.backupPacer.size, revision: writes.journal.headRevision, now: clock.now())
+        maintenance.backupPacer.stepped(startedAt: started)
         var reply = Beacon_V1_Reply()
         switch progress {
         case .copying:
@@ -43,18 +43,18 @@ extension BeaconServer {
         case .made(let making):
             reply.id = making.requestID
             do {
-                reply.backup = try backups.chunk(making.token, at: 0, now: clock.now())
+                reply.backup = try maintenance.backups.chunk(making.token, at: 0, now: clock.now())
                 logger.info("journal backup made", metadata: [
                     "revision": "\(reply.backup.revision)", "bytes": "\(reply.backup.size)",
                     "seconds": "\(Double(StepPacer.monotonicNanoseconds() - started) / 1e9)"])
             } catch {
-                counters.rejected += 1
+                stats.rejected += 1
                 reply.error = error.wire(headRevision: writes.headRevision)
             }
             writes.fill(making.ticket, with: reply)
         case .failed(let making, let refusal):
             logger.error("journal backup failed", metadata: ["error": "\(refusal.message)"])
-            counters.rejected += 1
+            stats.rejected += 1
             reply.id = making.requestID
             reply.error = refusal.wire(headRevision: writes.headRevision)
             writes.fill(making.ticket, with: reply)

@@ -21,8 +21,8 @@ extension BeaconServer {
         writes.flush()  // the journal is the loop's to use only with no commit in flight
         guard try writes.journal.beginCompaction(through: revision) else { return }
         writes.dropTombstones()
-        compactionSchedule.startedAt = StepPacer.monotonicNanoseconds()
-        compactionSchedule.pacer.start()
+        maintenance.compaction.startedAt = StepPacer.monotonicNanoseconds()
+        maintenance.compaction.pacer.start()
         logger.info("journal compaction started", metadata: ["journal.compacted": "\(writes.pipeline.compactedRevision)"])
     }
 
@@ -41,7 +41,7 @@ extension BeaconServer {
     /// compaction is under way (paced by ``StepPacer``).
     func compactionStepWait(busy: Bool) -> UInt64? {
         guard writes.pipeline.isCompacting else { return nil }
-        return compactionSchedule.pacer.wait(busy: busy)
+        return maintenance.compaction.pacer.wait(busy: busy)
     }
 
     /// Runs one step of the compaction under way, and answers its waiters when it finishes.
@@ -50,15 +50,15 @@ extension BeaconServer {
         let started = StepPacer.monotonicNanoseconds()
         let progress: CompactionProgress?
         do {
-            progress = try writes.journal.continueCompaction(rows: compactionSchedule.pacer.size)
+            progress = try writes.journal.continueCompaction(rows: maintenance.compaction.pacer.size)
         } catch {
             logger.warning("compaction step failed; retrying in 1 s", metadata: ["error": "\(error)"])
-            compactionSchedule.pacer.failed()
+            maintenance.compaction.pacer.failed()
             return
         }
-        compactionSchedule.pacer.stepped(startedAt: started)
+        maintenance.compaction.pacer.stepped(startedAt: started)
         guard let progress, progress.isFinished else { return }
-        let seconds = Double(StepPacer.monotonicNanoseconds() - compactionSchedule.startedAt) / 1e9
+        let seconds = Double(StepPacer.monotonicNanoseconds() - maintenance.compaction.startedAt) / 1e9
         logger.info("journal compacted", metadata: [
             "journal.compacted": "\(progress.target)", "removed": "\(progress.removed)",
             "seconds": "\((seconds * 1000).rounded() / 1000)"])
@@ -68,8 +68,8 @@ extension BeaconServer {
     /// Answers the `Compact` requests waiting for the compaction that finished (or, on a relay,
     /// was overtaken by the upstream's state).
     func answerCompactionWaiters(removed: UInt64) {
-        let waiters = compactionSchedule.waiters
-        compactionSchedule.waiters.removeAll()
+        let waiters = maintenance.compaction.waiters
+        maintenance.compaction.waiters.removeAll()
         for waiter in waiters {
             var reply = Beacon_V1_Reply()
             reply.id = waiter.id
@@ -95,7 +95,7 @@ extension BeaconServer {
             throw Refusal(.internal, error.description)
         }
         if writes.pipeline.isCompacting {
-            compactionSchedule.waiters.append((writes.hold(route), id))
+            maintenance.compaction.waiters.append((writes.hold(route), id))
             return
         }
         var reply = Beacon_V1_Reply()

@@ -18,13 +18,13 @@ extension BeaconServer {
     /// descriptor libzmq read it from and that descriptor's peer, so that its replies can be
     /// bounded (``ReplyFlows``).
     func noteConnection(of body: ZMQMessage, id: RoutingID) {
-        if replyFlows.knowsDescriptor(of: id) { return }
+        if network.replyFlows.knowsDescriptor(of: id) { return }
         guard let text = body.metadata("__fd"), let fd = Int32(text) else { return }
         // The connection's accept may still wait in the monitor: requests and monitor events are
         // read in turn, and a pass can read many requests.
         if connections.ledger.peer(of: fd, on: .requests) == nil { drainConnections(.requests) }
         guard let peer = connections.ledger.peer(of: fd, on: .requests) else { return }
-        replyFlows.connected(id, fd: fd, peer: peer)
+        network.replyFlows.connected(id, fd: fd, peer: peer)
     }
 
     /// Sends a reply (`envelope`, then `body`) now, or keeps it until libzmq has written what it
@@ -32,12 +32,12 @@ extension BeaconServer {
     func send(body: [UInt8], to envelope: [ZMQMessage]) {
         guard let first = envelope.first else { return }
         // Most replies are small, with nothing waiting anywhere: they need no connection looked up.
-        let offer = replyFlows.goesAtOnce(size: body.count) ? .send(nil)
-            : replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: RoutingID(first))
+        let offer = network.replyFlows.goesAtOnce(size: body.count) ? .send(nil)
+            : network.replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: RoutingID(first))
         switch offer {
         case .send(let tracking):
             if !hand(body: body, to: envelope, tracking: tracking) {
-                replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: RoutingID(first))
+                network.replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: RoutingID(first))
             }
         case .kept:
             break
@@ -48,7 +48,7 @@ extension BeaconServer {
 
     /// Hands the replies kept for connections that libzmq has caught up with.
     func flushKeptReplies() {
-        replyFlows.flush { reply, tracking in hand(body: reply.body, to: reply.envelope, tracking: tracking) }
+        network.replyFlows.flush { reply, tracking in hand(body: reply.body, to: reply.envelope, tracking: tracking) }
     }
 
     /// Applies the waiting connection events of the socket of `role`: logs what was shed, and
@@ -56,7 +56,7 @@ extension BeaconServer {
     func drainConnections(_ role: ConnectionLedger.Socket) {
         logShed(connections.drain(role) { fd in
             switch role {
-            case .requests: replyFlows.disconnected(fd: fd)
+            case .requests: network.replyFlows.disconnected(fd: fd)
             case .subscribers: publisher.subscriptionLedger.closed(fd: fd)
             }
         })
@@ -68,9 +68,9 @@ extension BeaconServer {
     /// is dropped.
     func closeConnection(_ victim: ReplyFlows.Victim, because what: String) {
         let closed = victim.fd >= 0 && connections.shutDown(fd: victim.fd, on: .requests, from: victim.peer,
-                                                            closed: { replyFlows.disconnected(fd: $0) }, shed: { logShed($0) })
-        replyFlows.close(victim.id, now: clock.now())
-        guard closed, let held = logThrottle.admit("connection.slow", now: clock.now()) else { return }
+                                                            closed: { network.replyFlows.disconnected(fd: $0) }, shed: { logShed($0) })
+        network.replyFlows.close(victim.id, now: clock.now())
+        guard closed, let held = stats.logThrottle.admit("connection.slow", now: clock.now()) else { return }
         logger.notice("connection closed: \(what)", metadata: [
             "peer": "\(victim.peer)", "unread.bytes": "\(victim.heldBytes)", "reason": "\(victim.reason)",
             "held.back": "\(held)"])
@@ -86,7 +86,7 @@ extension BeaconServer {
             // in that the queue has room again: so only a connection known to be open waits.
             do {
                 guard try router.send(envelope[0], flags: [.sendMore, .dontWait]) else { return false }
-            } catch where error.hostUnreachable && replyFlows.knowsDescriptor(of: RoutingID(envelope[0])) {
+            } catch where error.hostUnreachable && network.replyFlows.knowsDescriptor(of: RoutingID(envelope[0])) {
                 return false
             }
             for frame in envelope.dropFirst() {

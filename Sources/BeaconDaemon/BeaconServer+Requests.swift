@@ -10,11 +10,11 @@ extension BeaconServer {
     /// - Returns: how many requests it carried (a batch carries several).
     @discardableResult
     func handle(_ body: ZMQMessage, envelope: [ZMQMessage]) -> Int {
-        counters.requests += 1
+        stats.requests += 1
         guard let first = envelope.first else { return 1 }  // a ROUTER always prepends the peer's id
         let connection = RoutingID(first)
         // Sent before its connection was closed for not reading its replies: nobody reads the answer.
-        if replyFlows.isClosed(connection, now: clock.now()) { return 1 }
+        if network.replyFlows.isClosed(connection, now: clock.now()) { return 1 }
         noteConnection(of: body, id: connection)
         let context = requestContext(of: body)
         return body.withUnsafeBytes { bytes in
@@ -116,7 +116,7 @@ extension BeaconServer {
     /// - Parameter dependsOnStaged: whether the refusal was decided against staged writes (a
     ///   version conflict, say), so that it is answered as retryable if they roll back.
     func refuse(_ id: UInt64, _ rejection: Refusal, route: ReplyRoute, dependsOnStaged: Bool = false) {
-        counters.rejected += 1
+        stats.rejected += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
         reply.error = rejection.wire(headRevision: writes.headRevision)
@@ -134,8 +134,8 @@ extension BeaconServer {
             reject(.peer(envelope), id, .tooManyOperations, "the batch holds \(count) requests; the limit is \(WireLimits.maxBatchRequests)")
             return nil
         }
-        counters.requests += UInt64(count - 1)  // the batch counts as each request it holds
-        counters.batches += 1
+        stats.requests += UInt64(count - 1)  // the batch counts as each request it holds
+        stats.batches += 1
         return BatchReplies(envelope: envelope, id: id, count: count)
     }
 
@@ -166,7 +166,7 @@ extension BeaconServer {
             reply.ping = .with {
                 $0.protocolVersion = WireLimits.protocolVersion
                 $0.epoch = writes.epoch
-                $0.instance = instance
+                $0.instance = stats.instance
                 $0.headRevision = writes.headRevision
                 $0.compactedRevision = writes.pipeline.compactedRevision
                 $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
@@ -217,47 +217,52 @@ extension BeaconServer {
             guard context.rights.read.isEverything else {
                 throw denied("read the daemon's statistics (needs read=*)", key: "", context: context)
             }
-            reply.stats = .with {
-                $0.epoch = writes.epoch
-                $0.instance = instance
-                $0.headRevision = writes.headRevision
-                $0.compactedRevision = writes.pipeline.compactedRevision
-                $0.keys = UInt64(writes.store.liveCount)
-                $0.tombstones = UInt64(writes.store.tombstoneCount)
-                $0.journalBytes = writes.pipeline.sizeInBytes
-                $0.writes = counters.writes
-                $0.rejected = counters.rejected
-                $0.published = publisher.published
-                $0.requests = counters.requests
-                $0.commits = counters.commits
-                $0.trackedPrefixes = UInt32(publisher.tracker.tracked.count)
-                $0.uptimeMs = startedAt.milliseconds(until: now)
-                $0.readOnly = writes.isReadOnly
-                $0.requestConnections = UInt32(connections.ledger.count(.requests))
-                $0.subscriberConnections = UInt32(connections.ledger.count(.subscribers))
-                $0.writesPerSecond = writeRate.perSecond
-                $0.publicationsPerSecond = publicationRate.perSecond
-                $0.connectionsRefused = counters.connectionsRefused
-                $0.accessDenied = counters.accessDenied
-                $0.rateLimited = counters.rateLimited
-                $0.quotaExceeded = counters.quotaExceeded
-                $0.subscriptionsRefused = counters.subscriptionsRefused
-                $0.batches = counters.batches
-                $0.connectionsShed = connections.ledger.shed + connections.refusedAtAccept
-                $0.sessions = UInt32(writes.sessions.count)
-                $0.leasesRefused = counters.leasesRefused
-                $0.replyBytesKept = UInt64(replyFlows.waitingBytes)
-                $0.slowReadersClosed = replyFlows.closedConnections
-                $0.publishBytesUnsent = UInt64(max(publisher.unsent.value, 0))
-                $0.slowSubscribersClosed = counters.slowSubscribersClosed
-                if let upstream = authority.upstreamStatus { $0.upstream = upstream }
-                $0.writesForwarded = authority.writesForwarded
-            }
+            reply.stats = statsReply(now: now)
 
         case .put, .delete, .txn, .keepAlive, .batch, .compact, .backup:
             preconditionFailure("writes and KeepAlives go to the write authority, batches are unpacked, compactions and backups scheduled")
         }
         return reply
+    }
+
+    /// The daemon's counters and state, as `Stats` reports them.
+    private func statsReply(now: MonotonicTime) -> Beacon_V1_StatsReply {
+        .with {
+            $0.epoch = writes.epoch
+            $0.instance = stats.instance
+            $0.headRevision = writes.headRevision
+            $0.compactedRevision = writes.pipeline.compactedRevision
+            $0.keys = UInt64(writes.store.liveCount)
+            $0.tombstones = UInt64(writes.store.tombstoneCount)
+            $0.journalBytes = writes.pipeline.sizeInBytes
+            $0.writes = stats.writes
+            $0.rejected = stats.rejected
+            $0.published = publisher.published
+            $0.requests = stats.requests
+            $0.commits = stats.commits
+            $0.trackedPrefixes = UInt32(publisher.tracker.tracked.count)
+            $0.uptimeMs = stats.startedAt.milliseconds(until: now)
+            $0.readOnly = writes.isReadOnly
+            $0.requestConnections = UInt32(connections.ledger.count(.requests))
+            $0.subscriberConnections = UInt32(connections.ledger.count(.subscribers))
+            $0.writesPerSecond = stats.writeRate.perSecond
+            $0.publicationsPerSecond = stats.publicationRate.perSecond
+            $0.connectionsRefused = stats.connectionsRefused
+            $0.accessDenied = stats.accessDenied
+            $0.rateLimited = stats.rateLimited
+            $0.quotaExceeded = stats.quotaExceeded
+            $0.subscriptionsRefused = stats.subscriptionsRefused
+            $0.batches = stats.batches
+            $0.connectionsShed = connections.ledger.shed + connections.refusedAtAccept
+            $0.sessions = UInt32(writes.sessions.count)
+            $0.leasesRefused = stats.leasesRefused
+            $0.replyBytesKept = UInt64(network.replyFlows.waitingBytes)
+            $0.slowReadersClosed = network.replyFlows.closedConnections
+            $0.publishBytesUnsent = UInt64(max(publisher.unsent.value, 0))
+            $0.slowSubscribersClosed = stats.slowSubscribersClosed
+            if let upstream = authority.upstreamStatus { $0.upstream = upstream }
+            $0.writesForwarded = authority.writesForwarded
+        }
     }
 
     /// Renews or ends a writer's session here (a primary's sessions).
@@ -292,7 +297,7 @@ extension BeaconServer {
         do throws(Refusal) {
             try writes.checkSessionLimit(id, writer: context, limit: sessionLimit)
         } catch {
-            counters.quotaExceeded += 1
+            stats.quotaExceeded += 1
             throw error
         }
         let ttl = UInt64(keepAlive.ttlMs)
@@ -309,7 +314,7 @@ extension BeaconServer {
         let limit = access.needsPeerIdentity ? Int(access.limits.leasesPerPeer) : 0
         let (revision, leased) = publisher.tracker.lease(prefix, until: now.adding(milliseconds: configuration.prefixLeaseMilliseconds).milliseconds,
                                                holder: holder, limit: limit) { initialRevision(prefix: prefix) }
-        if !leased { counters.leasesRefused += 1 }
+        if !leased { stats.leasesRefused += 1 }
         return revision
     }
 

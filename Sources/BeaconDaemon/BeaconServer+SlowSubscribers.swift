@@ -16,14 +16,14 @@ extension BeaconServer {
     /// high-water mark.
     func closeStalledSubscribers() {
         let now = clock.now()
-        guard lastStalledSubscriberScan.milliseconds(until: now) >= Self.stalledScanMilliseconds else { return }
-        lastStalledSubscriberScan = now
+        guard maintenance.lastStalledSubscriberScan.milliseconds(until: now) >= Self.stalledScanMilliseconds else { return }
+        maintenance.lastStalledSubscriberScan = now
         drainConnections(.subscribers)
         var closed: [ConnectionPeer] = []
         var full: Set<StalledSubscriber> = []
         for (fd, peer) in connections.ledger.connections(on: .subscribers) where cbeacon_unread_sent_bytes(fd) >= Self.stalledQueueBytes {
             let connection = StalledSubscriber(descriptor: fd, peer: peer)
-            guard stalledSubscribers.contains(connection) else {
+            guard maintenance.stalledSubscribers.contains(connection) else {
                 full.insert(connection)
                 continue
             }
@@ -31,9 +31,9 @@ extension BeaconServer {
                 closed.append(peer)
             }
         }
-        stalledSubscribers = full
-        counters.slowSubscribersClosed += UInt64(closed.count)
-        guard let first = closed.first, let held = logThrottle.admit("subscriber.slow", now: now) else { return }
+        maintenance.stalledSubscribers = full
+        stats.slowSubscribersClosed += UInt64(closed.count)
+        guard let first = closed.first, let held = stats.logThrottle.admit("subscriber.slow", now: now) else { return }
         logger.notice("subscribers closed: they do not read their publications", metadata: [
             "peer": "\(first)", "subscribers": "\(closed.count)", "unsent.bytes": "\(publisher.unsent.value)",
             "limit": "publish_buffer_bytes (\(live.limits.publishBufferBytes))", "held.back": "\(held)"])

@@ -73,7 +73,7 @@ extension BeaconServer {
             access.recordOwnership(of: changes, peer: context.peer)
             writes.stage(changes, of: ops, id: id, writeID: writeID, route: route)
         } catch {
-            if error.code == .quotaExceeded { counters.quotaExceeded += 1 }
+            if error.code == .quotaExceeded { stats.quotaExceeded += 1 }
             // Decided against staged writes: it waits for them, and is retryable if they roll back.
             refuse(id, error, route: route, dependsOnStaged: true)
         }
@@ -109,15 +109,15 @@ extension BeaconServer {
             }
         }
         if limits.writesPerSecond > 0, let wait = access.takeWrite(peer: context.peer, now: clock.now().milliseconds) {
-            counters.rateLimited += 1
+            stats.rateLimited += 1
             var refusal = Refusal(.rateLimited, "more than \(limits.writesPerSecond) writes per second from \(context.peer) (writes_per_second); retry in \(wait) ms")
             refusal.retryAfterMilliseconds = wait
             throw refusal
         }
-        if limits.maxJournalBytes > 0, journalBytes >= limits.maxJournalBytes,
+        if limits.maxJournalBytes > 0, stats.journalBytes >= limits.maxJournalBytes,
            ops.contains(where: { if case .put = $0.action { true } else { false } }) {
-            counters.quotaExceeded += 1
-            throw Refusal(.quotaExceeded, "the journal holds \(journalBytes) bytes, at its limit of \(limits.maxJournalBytes) (max_journal_bytes); deletes still work")
+            stats.quotaExceeded += 1
+            throw Refusal(.quotaExceeded, "the journal holds \(stats.journalBytes) bytes, at its limit of \(limits.maxJournalBytes) (max_journal_bytes); deletes still work")
         }
     }
 
@@ -159,7 +159,7 @@ extension BeaconServer {
     func publishHeartbeat() {
         var heartbeat = Beacon_V1_Heartbeat()
         heartbeat.epoch = writes.epoch
-        heartbeat.instance = instance
+        heartbeat.instance = stats.instance
         // Only what subscribers could have received: a heartbeat is a bookmark (PROTOCOL.md §6).
         heartbeat.headRevision = writes.durableRevision
         heartbeat.compactedRevision = writes.pipeline.compactedRevision
@@ -191,13 +191,13 @@ extension BeaconServer: WritePathDelegate {
     }
 
     func committed(_ batch: [StagedWrite]) {
-        counters.commits += 1
-        counters.writes += UInt64(batch.count)
+        stats.commits += 1
+        stats.writes += UInt64(batch.count)
         authority.committed(host: self)
     }
 
     func rolledBack(_ refused: [StagedWrite], _ error: JournalError) {
-        counters.rejected += UInt64(refused.count { !$0.isDaemons })
+        stats.rejected += UInt64(refused.count { !$0.isDaemons })
         authority.rolledBack(host: self)
     }
 
@@ -207,13 +207,13 @@ extension BeaconServer: WritePathDelegate {
 }
 
 extension BeaconServer: AuthorityHost {
-    var perConnectionBytes: Int { replyFlows.limits.perConnection }
+    var perConnectionBytes: Int { network.replyFlows.limits.perConnection }
 
     /// Chooses who decides writes: the upstream this daemon relays, when one is configured.
     func chooseAuthority() throws(DaemonError) {
         guard let upstream = configuration.upstream else { return }
-        authority = try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: context,
-                              writes: writes, perConnectionBytes: perConnectionBytes, logger: logger)
+        authority = try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: network.context,
+                              writes: writes, logger: logger)
     }
 
     func checkWrite(_ ops: [WriteOp], context: RequestContext) throws(Refusal) {
@@ -222,16 +222,16 @@ extension BeaconServer: AuthorityHost {
     }
 
     func closeConnection(_ connection: RoutingID, pilingUp held: Int, reason: String) {
-        if let victim = replyFlows.victim(closing: connection, heldBytes: held, reason: reason) {
+        if let victim = network.replyFlows.victim(closing: connection, heldBytes: held, reason: reason) {
             closeConnection(victim, because: "it piles requests up behind writes the upstream has not answered")
         } else {
-            replyFlows.close(connection, now: clock.now())
+            network.replyFlows.close(connection, now: clock.now())
         }
     }
 
-    func countRejected(_ count: UInt64) { counters.rejected += count }
+    func countRejected(_ count: UInt64) { stats.rejected += count }
 
-    func countAccessDenied() { counters.accessDenied += 1 }
+    func countAccessDenied() { stats.accessDenied += 1 }
 
     func historyReplaced(at revision: UInt64) {
         publisher.tracker.restart(at: revision)

@@ -18,89 +18,50 @@ public final class BeaconServer: @unchecked Sendable {
     /// Where the server reports readiness, status and watchdog keep-alives (systemd); set it
     /// before ``start()``.
     public var notifier: SystemdNotifier?
-    /// The settings in force: ``configuration`` plus reloads (loop thread only).
-    var live: DaemonConfiguration
-    private let pendingReload = Mutex<DaemonConfiguration?>(nil)
     let logger: Logger
+    /// Where the daemon reads the time.
+    let clock: any DaemonClock
+    /// What other threads use to stop, reload and wait for the loop.
+    private let control: LoopControl
+    /// Created, running (holding the runtime directory), or stopped.
+    private var lifecycle: Lifecycle
+
+    private enum Lifecycle {
+        /// Not started: the journal is opened with this at ``start()``.
+        case created(openJournal: (DaemonConfiguration) throws(JournalError) -> any JournalStore)
+        /// Started: the runtime directory is this daemon's while it holds the lock.
+        case running(InstanceLock)
+        case stopped
+    }
 
     // Loop-thread state. Written before the thread starts, then only on it. Without dynamic
     // exclusivity checks: a write touched these about twenty times, and each check cost as much
     // as the access it guarded (a tenth of the loop's time). No access to them calls back into
     // code that accesses them again, which is what a check would catch.
-    /// The store, the journal and the writes on their way into it, with their replies and timers.
+    /// The settings in force: ``configuration`` plus reloads.
+    @exclusivity(unchecked) var live: DaemonConfiguration
+    /// The store, the journal and the writes on their way into it, with their replies and timers;
+    /// nil until ``start()``.
     @exclusivity(unchecked) private(set) var writes: WritePath!
-    /// The loop's own timers: heartbeats, compaction, systemd's watchdog and status, the publish socket.
-    @exclusivity(unchecked) var timers = TimerQueue<LoopTimer>()
-    @exclusivity(unchecked) var counters = Counters()
-    /// Rights, scopes and per-peer usage.
-    @exclusivity(unchecked) var access: AccessControl
-    /// The peer whose request is being handled.
-    @exclusivity(unchecked) var current = RequestContext.unrestricted
-    /// The journal's size, sampled every heartbeat (for `max_journal_bytes`).
-    @exclusivity(unchecked) var journalBytes: UInt64 = 0
-    @exclusivity(unchecked) var instance: UInt64 = 0
-    let startedAt: MonotonicTime
-    /// Where the daemon reads the time.
-    let clock: any DaemonClock
-    private let openJournal: (DaemonConfiguration) throws(JournalError) -> any JournalStore
-    /// The steps of a compaction under way.
-    var compactionSchedule = CompactionSchedule()
-    /// Journal copies being read by `Backup` requests.
-    @exclusivity(unchecked) var backups: BackupCopies
-    /// The pace of the steps that make a backup copy: pages per step, sized to hold the loop about 8 ms.
-    var backupPacer = StepPacer(initialSize: 256, sizes: 16...262_144)
-    /// Replies on their way to each request connection, bounded in bytes.
-    @exclusivity(unchecked) var replyFlows: ReplyFlows
-    /// When subscribers that do not read were last looked for.
-    @exclusivity(unchecked) var lastStalledSubscriberScan = MonotonicTime(milliseconds: 0)
-    /// Subscriber connections whose send queue was full at the last scan.
-    @exclusivity(unchecked) var stalledSubscribers: Set<StalledSubscriber> = []
     /// Who decides writes: this daemon against its journal, or the upstream it relays.
     @exclusivity(unchecked) var authority: any WriteAuthority = JournalAuthority()
+    /// Rights, scopes and per-peer usage.
+    @exclusivity(unchecked) var access: AccessControl
+    /// The loop's own timers: heartbeats, compaction, systemd's watchdog and status, the publish socket.
+    @exclusivity(unchecked) var timers = TimerQueue<LoopTimer>()
+    /// Counters, rates and the throttle of log lines peers can cause.
+    @exclusivity(unchecked) var stats: DaemonStats
+    /// Compaction, backups and the scan for subscribers that do not read.
+    @exclusivity(unchecked) var maintenance: Maintenance
+    /// The sockets, libzmq's context and the replies on their way out; nil until ``start()``.
+    @exclusivity(unchecked) private(set) var network: DaemonNetwork!
 
-    private(set) var context: ZMQContext!
-    /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu` at start; nil: anywhere.
-    private var loopPlacement: ThreadPlacement?
-    @exclusivity(unchecked) var router: ZMQSocket!
+    /// The request socket.
+    var router: ZMQSocket { network.router }
     /// The publish socket, its subscriptions and the prefixes it sequences.
-    @exclusivity(unchecked) var publisher: Publisher!
-    /// The ZAP handler's socket: every connection to the daemon is authenticated here.
-    var zap: ZMQSocket?
-    /// Connections to the request and publish sockets, per peer and in all; sheds those over a limit.
-    var connections: ConnectionGuard!
-    /// With systemd's watchdog on: proof that libzmq still moves messages, asked before each `WATCHDOG=1`.
-    var servingProbe: ServingProbe?
-    /// Recent write and publication rates, for `Stats`.
-    var writeRate = RateMeter()
-    var publicationRate = RateMeter()
-    private var lock: InstanceLock?
-    private let wake: WakePipe
-    private let stopFlag = Atomic<Bool>(false)
-    /// Log lines outside peers can cause, throttled.
-    @exclusivity(unchecked) var logThrottle = LogThrottle()
-    private let finished = Mutex<FinishState>(.running)
-    private var thread: Thread?
-
-    enum FinishState {
-        case running
-        case waiting([CheckedContinuation<Void, Never>])
-        case finished
-    }
-
-    struct Counters {
-        var writes: UInt64 = 0
-        var rejected: UInt64 = 0
-        var requests: UInt64 = 0
-        var commits: UInt64 = 0
-        var connectionsRefused: UInt64 = 0
-        var accessDenied: UInt64 = 0
-        var rateLimited: UInt64 = 0
-        var quotaExceeded: UInt64 = 0
-        var subscriptionsRefused: UInt64 = 0
-        var batches: UInt64 = 0
-        var leasesRefused: UInt64 = 0
-        var slowSubscribersClosed: UInt64 = 0
-    }
+    var publisher: Publisher { network.publisher }
+    /// Connections to the request and publish sockets, per peer and in all.
+    var connections: ConnectionGuard { network.connections }
 
     /// Creates a server; nothing is opened until ``start()``.
     /// - Parameters:
@@ -118,15 +79,14 @@ public final class BeaconServer: @unchecked Sendable {
                  openJournal: @escaping (DaemonConfiguration) throws(JournalError) -> any JournalStore) throws(DaemonError) {
         self.configuration = configuration
         self.clock = clock
-        self.openJournal = openJournal
-        startedAt = clock.now()
+        self.logger = logger
+        lifecycle = .created(openJournal: openJournal)
+        stats = DaemonStats(startedAt: clock.now())
         live = configuration
         access = AccessControl(policy: configuration.access, limits: configuration.limits)
-        backups = BackupCopies(directory: configuration.stateDirectory)
-        replyFlows = ReplyFlows(limits: Self.replyLimits(configuration.limits))
-        self.logger = logger
+        maintenance = Maintenance(backups: BackupCopies(directory: configuration.stateDirectory))
         do {
-            self.wake = try WakePipe()
+            control = try LoopControl()
         } catch {
             throw DaemonError(.startup, "\(error)")
         }
@@ -137,34 +97,37 @@ public final class BeaconServer: @unchecked Sendable {
     /// When this returns the sockets accept connections and the journal is open.
     /// - Throws: ``DaemonError`` when directories, the lock, the journal or a socket fail.
     public func start() throws(DaemonError) {
+        guard case .created(let openJournal) = lifecycle else { preconditionFailure("a server starts once") }
         let config = configuration
         try Self.makeDirectory(config.runtimeDirectory, mode: 0o755)
         try Self.makeDirectory(config.stateDirectory, mode: 0o750)
-        lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
-        let wake = self.wake
+        let lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
+        let wake = control.wake
         do {
             let journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in try openJournal(config) }
             writes = WritePath(journal: journal, clock: clock, settings: writeSettings(config), logger: logger, delegate: self) { wake.wake() }
         } catch {
-            lock?.release()
+            lock.release()
             throw DaemonError(error.code == .locked ? .alreadyRunning : .journal, error.description, underlying: error)
         }
         do {
             try whileStarting("loading the current state") { () throws(DaemonError) in try loadState() }
-            try openSockets()
+            network = try DaemonNetwork(configuration: config, watchdog: notifier?.watchdogInterval != nil, now: clock.now(),
+                                        replyHighWaterMark: Self.replyHighWaterMark, replyLimits: Self.replyLimits(config.limits),
+                                        logger: logger)
             try chooseAuthority()
         } catch {
+            network?.close()
+            network = nil
             writes.close()
-            lock?.release()
-            router = nil
-            publisher = nil
+            lock.release()
             throw error
         }
-        instance = UInt64.random(in: 1...UInt64(Int64.max))
-        backups.removeLeftovers()
-        journalBytes = writes.pipeline.sizeInBytes
+        lifecycle = .running(lock)
+        maintenance.backups.removeLeftovers()
+        stats.journalBytes = writes.pipeline.sizeInBytes
         if writes.pipeline.isCompacting {
-            compactionSchedule.startedAt = StepPacer.monotonicNanoseconds()
+            maintenance.compaction.startedAt = StepPacer.monotonicNanoseconds()
             logger.info("resuming the journal compaction an earlier run left unfinished", metadata: [
                 "journal.compacted": "\(writes.pipeline.compactedRevision)"])
         }
@@ -180,7 +143,7 @@ public final class BeaconServer: @unchecked Sendable {
         let thread = Thread { [self] in self.loop() }
         thread.name = "beacond-loop"
         thread.stackSize = 8 << 20
-        self.thread = thread
+        control.markStarted()
         thread.start()
     }
 
@@ -191,14 +154,13 @@ public final class BeaconServer: @unchecked Sendable {
     }
 
     /// Whether ``start()`` has succeeded (the loop is running or has run).
-    public var isStarted: Bool { thread != nil }
+    public var isStarted: Bool { control.isStarted }
 
     /// Asks the loop to finish: pending writes are committed and answered, sockets and journal
     /// closed. Safe from any thread; returns at once.
     public func requestStop() {
         notifier?.stopping()
-        stopFlag.store(true, ordering: .sequentiallyConsistent)
-        wake.wake()
+        control.requestStop()
     }
 
     /// Applies the reloadable settings of `configuration` (heartbeat interval, retention,
@@ -206,12 +168,11 @@ public final class BeaconServer: @unchecked Sendable {
     /// readiness again. Settings that need a restart (directories, endpoints, durability,
     /// socket mode) are logged and left as they are. Safe from any thread.
     public func requestReload(_ configuration: DaemonConfiguration) {
-        pendingReload.withLock { $0 = configuration }
-        wake.wake()
+        control.requestReload(configuration)
     }
 
     private func applyPendingReload() {
-        guard let next = pendingReload.withLock({ pending in defer { pending = nil }; return pending }) else { return }
+        guard let next = control.takeReload() else { return }
         let restartOnly: [(String, Bool)] = [
             ("runtime_dir", next.runtimeDirectory != live.runtimeDirectory),
             ("state_dir", next.stateDirectory != live.stateDirectory),
@@ -240,7 +201,7 @@ public final class BeaconServer: @unchecked Sendable {
         live.limits = next.limits
         let rightsChanged = access.reload(policy: live.access, limits: live.limits)
         connections.setPerPeerLimit(Int(live.limits.connectionsPerPeer))
-        replyFlows.limits = Self.replyLimits(live.limits)
+        network.replyFlows.limits = Self.replyLimits(live.limits)
         if policyChanged || rightsChanged {
             // Subscriptions were granted under the old rights: open the publish socket anew so that
             // every subscriber reconnects and subscribes under the new ones (it repairs any gap).
@@ -262,7 +223,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     /// What the status line says when libzmq has moved no message for more than a watchdog interval.
     private var servingStatus: String {
-        guard let servingProbe, let interval = notifier?.watchdogInterval else { return "" }
+        guard let servingProbe = network.servingProbe, let interval = notifier?.watchdogInterval else { return "" }
         let silent = servingProbe.lastArrival.milliseconds(until: clock.now())
         return silent > UInt64(interval.components.seconds * 1000) + UInt64(interval.components.attoseconds / 1_000_000_000_000_000)
             ? ", NOT SERVING: libzmq has moved no message for \(silent / 1000) s" : ""
@@ -270,16 +231,7 @@ public final class BeaconServer: @unchecked Sendable {
 
     /// Waits until the loop has finished and everything is closed.
     public func waitUntilStopped() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let resumeNow = finished.withLock { state -> Bool in
-                switch state {
-                case .finished: return true
-                case .running: state = .waiting([continuation]); return false
-                case .waiting(var list): list.append(continuation); state = .waiting(list); return false
-                }
-            }
-            if resumeNow { continuation.resume() }
-        }
+        await control.waitUntilFinished()
     }
 
     // MARK: Start-up
@@ -309,104 +261,6 @@ public final class BeaconServer: @unchecked Sendable {
                            expiresKeys: configuration.upstream == nil)
     }
 
-    private func openSockets() throws(DaemonError) {
-        let config = configuration
-        connections = ConnectionGuard(perPeer: Int(config.limits.connectionsPerPeer), descriptorLimit: DescriptorLimit.raise())
-        // libzmq starts its I/O thread with the context's first socket, in the placement of the
-        // thread that makes it; this thread is put back as it was once the sockets are open.
-        let restore = placeForLoop()
-        defer { if let restore { try? restore.apply() } }
-        var step = "creating the ZeroMQ context"
-        do {
-            let context = try ZMQContext()
-            self.context = context
-            // The ZAP handler binds first: libzmq lets peers in unchecked when none listens.
-            step = "binding the ZAP handler"
-            let zap = try ZMQSocket(context, type: .rep, linger: 0)
-            try zap.bind(ZAP.endpoint)
-            self.zap = zap
-            step = "creating the request socket"
-            router = try ZMQSocket(context, type: .router, linger: 1000)
-            try router.setHandshakeInterval(milliseconds: Self.handshakeMilliseconds)
-            try router.setMaxMessageSize(Int64(WireLimits.maxRequestBytes))
-            try router.setSendHighWaterMark(Self.replyHighWaterMark)
-            try router.setRouterMandatory(true)
-            try router.setReceiveHighWaterMark(config.limits.pendingRequests)
-            for endpoint in [config.requestEndpoint] + config.extraRequestEndpoints {
-                step = "binding the request socket to \(endpoint)"
-                try bind(router, to: endpoint)
-            }
-            step = "creating the publish socket"
-            try openPublisher(context)
-            step = "monitoring the sockets"
-            try connections.watch(router, as: .requests, name: "beacond-requests-\(UInt64.random(in: 0 ... .max))")
-            if notifier?.watchdogInterval != nil {
-                step = "opening the watchdog's probe"
-                servingProbe = try ServingProbe(context: context, path: config.runtimeDirectory + "/beacond.probe", now: clock.now())
-            }
-        } catch {
-            throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
-        }
-        chmod(config.runtimeDirectory + "/" + WireEndpoint.requestSocketName, mode_t(config.socketMode))
-    }
-
-    /// Resolves `loop_cpu` and places the calling thread there, so that libzmq's I/O thread
-    /// starts there too. Returns the calling thread's placement before, or nil if it was left alone.
-    private func placeForLoop() -> ThreadPlacement? {
-        guard configuration.loopCPU != .off, let previous = try? ThreadPlacement.current() else { return nil }
-        let cpu: Int
-        switch configuration.loopCPU {
-        case .off: return nil
-        case .cpu(let chosen): cpu = chosen
-        case .auto:
-            guard let last = previous.cpus.last else { return nil }
-            cpu = last
-        }
-        let placement = ThreadPlacement.batch(onCPU: cpu)
-        do {
-            try placement.apply()
-        } catch {
-            try? previous.apply()  // the CPU may have been set before the policy failed
-            logger.warning("the loop and libzmq's I/O thread could not be placed on one CPU; running unplaced",
-                           metadata: ["cpu": "\(cpu)", "error": "\(error)"])
-            return nil
-        }
-        loopPlacement = placement
-        logger.info("the loop and libzmq's I/O thread run on one CPU, as batch work", metadata: ["cpu": "\(cpu)"])
-        return previous
-    }
-
-    /// Binds `socket` to `endpoint` with the security that endpoint needs: ipc peers are
-    /// identified by the kernel, tcp peers by CURVE (or not at all with `tcp_insecure`).
-    func bind(_ socket: ZMQSocket, to endpoint: String) throws(ZMQError) {
-        if endpoint.hasPrefix("tcp://") {
-            if let keys = configuration.curveKeys {
-                try socket.enableCurveServer(secretKey: keys.secretKey)
-                try socket.setZAPDomain(AccessDomain.curve)
-            } else {
-                try socket.disableCurve()
-                try socket.setZAPDomain(AccessDomain.insecure)
-            }
-        } else {
-            try socket.disableCurve()
-            try socket.setZAPDomain(AccessDomain.local)
-        }
-        try socket.bind(endpoint)
-    }
-
-    /// Creates and binds the publish socket (``Publisher``).
-    private func openPublisher(_ context: ZMQContext) throws(ZMQError) {
-        let config = configuration
-        publisher = try Publisher(context: context, endpoints: [config.publishEndpoint] + config.extraPublishEndpoints,
-                                  highWaterMark: config.publishHighWaterMark, connections: connections) {
-            [unowned self] (socket, endpoint) throws(ZMQError) in
-            try bind(socket, to: endpoint)
-            if !endpoint.hasPrefix("tcp://") {
-                chmod(configuration.runtimeDirectory + "/" + WireEndpoint.publishSocketName, mode_t(configuration.socketMode))
-            }
-        }
-    }
-
     /// Opens the publish socket anew: subscribers reconnect and subscribe anew (and repair what
     /// they missed). An endpoint the old socket still holds (a tcp port in the kernel's hands)
     /// is bound again by a timer, never given up.
@@ -416,7 +270,7 @@ public final class BeaconServer: @unchecked Sendable {
             try publisher.reopen(now: clock.now())
         } catch {
             logger.critical("publish socket could not be created; stopping", metadata: ["error": "\(error)"])
-            stopFlag.store(true, ordering: .sequentiallyConsistent)
+            control.requestStop()
             return
         }
         bindPublishEndpoints()
@@ -431,13 +285,9 @@ public final class BeaconServer: @unchecked Sendable {
         if !publisher.unboundEndpoints.isEmpty { timers.schedule(.publisherRebind, at: clock.now().adding(milliseconds: 100)) }
     }
 
-    /// How long a connection may take to finish its handshake: one that sends nothing (a raw tcp
-    /// connection to the CURVE port) holds a descriptor no longer than this.
-    static let handshakeMilliseconds: Int32 = 10_000
-
     /// Logs connections shed over a limit (throttled: a peer can cause thousands).
     func logShed(_ shed: [ConnectionGuard.Shed]) {
-        guard let first = shed.first, let held = logThrottle.admit("connection.shed", now: clock.now()) else { return }
+        guard let first = shed.first, let held = stats.logThrottle.admit("connection.shed", now: clock.now()) else { return }
         logger.notice("connections closed at once: over a connection limit", metadata: [
             "peer": "\(first.peer)", "limit": "\(first.verdict == .shedPeerLimit ? "connections_per_peer" : "descriptors")",
             "connections": "\(shed.count)", "held.back": "\(held)"])
@@ -445,144 +295,156 @@ public final class BeaconServer: @unchecked Sendable {
 
     // MARK: Loop
 
+    /// What the loop polls: built anew when the publish socket is reopened.
+    private struct PollSet {
+        let poller: ZMQPoller
+        /// The publish socket's generation it was built for.
+        let generation: Int
+        let requests: Int, subscriptions: Int, wake: Int, authentication: Int
+        let probe: Int?
+        let monitors: [(socket: ConnectionLedger.Socket, index: Int)]
+
+        func isReadable(_ index: Int) -> Bool { poller.readyEvents(index).contains(.readable) }
+    }
+
+    /// The sockets there are now, each component's with them (the write authority's are serviced every pass).
+    private func makePollSet() -> PollSet {
+        let poller = ZMQPoller()
+        let set = PollSet(
+            poller: poller, generation: publisher.generation, requests: poller.add(router), subscriptions: poller.add(publisher.socket),
+            wake: poller.add(fileDescriptor: control.wake.fileDescriptor), authentication: poller.add(network.zap),
+            probe: network.servingProbe.map { poller.add($0.pollable) },
+            monitors: connections.monitors.map { ($0.key, poller.add($0.value.reader)) })
+        authority.register(in: set.poller)
+        return set
+    }
+
     private func loop() {
         nameCurrentThread("beacond-loop")
         writes.ownership.claim()
         do {
-            try loopPlacement?.apply()
+            try network.placement?.apply()
         } catch {
             logger.warning("the loop could not join libzmq's I/O thread on its CPU", metadata: ["error": "\(error)"])
         }
-        var poller = ZMQPoller()
-        var routerIndex = 0, publisherIndex = 0, wakeIndex = 0, zapIndex = 0, probeIndex = -1
-        var monitors: [ConnectionLedger.Socket] = []
-        var monitorIndices: [Int] = []
-        var polledGeneration = -1
-        // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
-        let watchdogMilliseconds = notifier?.watchdogInterval.map { UInt64($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
-        let started = clock.now()
-        timers.schedule(.heartbeat, at: started)
-        timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalSeconds * 1000))
-        if watchdogMilliseconds != nil { timers.schedule(.watchdog, at: started) }
-        if notifier != nil { timers.schedule(.status, at: started.adding(milliseconds: 2000)) }
-        var writesAtLastStatus = counters.writes
+        scheduleLoopTimers(from: clock.now())
+        var polled = makePollSet()
         /// Whether the last pass read requests (compaction steps yield to them).
         var servedRequests = false
-        while !stopFlag.load(ordering: .relaxed) {
+        while !control.isStopRequested {
             let now = clock.now()
-            let deadline = min(timers.nextDeadline ?? .distantFuture, writes.nextDeadline ?? .distantFuture)
-            var timeout = Int(min(now.milliseconds(until: deadline), 60_000))
-            for wait in [compactionStepWait(busy: servedRequests), backupStepWait(busy: servedRequests)] {
-                guard let wait else { continue }
-                timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
-            }
-            // Kept replies are offered again soon: a connection reading them is not told so.
-            if replyFlows.hasWaiting { timeout = min(timeout, 2) }
-            if let wait = authority.pollTimeoutMilliseconds { timeout = min(timeout, wait) }
-            if polledGeneration != publisher.generation {
-                // First pass, or the publish socket was reopened: poll the sockets there are now.
-                poller = ZMQPoller()
-                routerIndex = poller.add(router)
-                publisherIndex = poller.add(publisher.socket)
-                wakeIndex = poller.add(fileDescriptor: wake.fileDescriptor)
-                zapIndex = poller.add(zap!)
-                if let servingProbe { probeIndex = poller.add(servingProbe.pollable) }
-                authority.register(in: poller)  // serviced every pass
-                monitors = Array(connections.monitors.keys)
-                monitorIndices = monitors.map { poller.add(connections.monitors[$0]!.reader) }
-                polledGeneration = publisher.generation
-            }
+            if polled.generation != publisher.generation { polled = makePollSet() }
             do {
-                try poller.poll(timeoutMilliseconds: timeout)
+                try polled.poller.poll(timeoutMilliseconds: pollTimeout(now: now, busy: servedRequests))
             } catch {
                 logger.error("poll failed", metadata: ["error": "\(error)"])
                 break
             }
-            if poller.readyEvents(wakeIndex).contains(.readable) { wake.drain() }
-            authority.service(host: self)
-            for (monitor, index) in zip(monitors, monitorIndices) where poller.readyEvents(index).contains(.readable) {
-                drainConnections(monitor)
-            }
-            if poller.readyEvents(zapIndex).contains(.readable) { drainAuthentication() }
-            if probeIndex >= 0, poller.readyEvents(probeIndex).contains(.readable) { servingProbe?.drain(now: now) }
-            writes.completeCommitIfReady()
-            if poller.readyEvents(publisherIndex).contains(.readable) { drainSubscriptions() }
-            servedRequests = poller.readyEvents(routerIndex).contains(.readable)
-            if servedRequests { drainRequests() }
-
+            servedRequests = serviceReady(polled, now: now)
             let after = clock.now()
             writes.fireDueTimers(at: after)
-            while let (timer, _) = timers.popDue(at: after) {
-                switch timer {
-                case .heartbeat:
-                    writeRate.record(counters.writes, at: after.milliseconds)
-                    publicationRate.record(publisher.published, at: after.milliseconds)
-                    publisher.tracker.expireLeases(nowMilliseconds: after.milliseconds)
-                    journalBytes = writes.pipeline.sizeInBytes
-                    publishHeartbeat()
-                    timers.schedule(.heartbeat, at: after.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
-                case .compaction:
-                    compactByPolicy()
-                    timers.schedule(.compaction, at: after.adding(milliseconds: live.compactionIntervalSeconds * 1000))
-                case .watchdog:
-                    if servingProbe?.tick(now: after) ?? true {
-                        notifier?.watchdog()
-                    } else if let held = logThrottle.admit("watchdog.withheld", now: after) {
-                        logger.critical("libzmq has stopped moving messages: no WATCHDOG=1 until it does (systemd restarts the daemon)",
-                                        metadata: ["held.back": "\(held)"])
-                    }
-                    timers.schedule(.watchdog, at: after.adding(milliseconds: max((watchdogMilliseconds ?? 0) / 2, 1)))
-                case .status:
-                    let rate = Double(counters.writes - writesAtLastStatus) / 2
-                    writesAtLastStatus = counters.writes
-                    notifier?.status(statusLine(writesPerSecond: rate))
-                    timers.schedule(.status, at: after.adding(milliseconds: 2000))
-                case .publisherReset:
-                    reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
-                case .publisherRebind:
-                    bindPublishEndpoints()
-                }
-            }
+            while let (timer, _) = timers.popDue(at: after) { fire(timer, at: after) }
             if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
             if backupStepWait(busy: servedRequests) == 0 { backupStep() }
             authority.finishPass(host: self)
-            if replyFlows.hasWaiting { flushKeptReplies() }
+            if network.replyFlows.hasWaiting { flushKeptReplies() }
             applyPendingReload()
         }
-        // Requests already read are answered; then everything closes in order.
-        authority.shutDown(host: self)
-        writes.flush()
-        backups.removeAll()
-        connections.close()
-        servingProbe?.close()
-        router.close()
-        publisher.close()
-        zap?.close()
-        writes.close()
-        context = nil
-        removeSocketFiles()
-        lock?.release()
-        logger.info("beacond stopped", metadata: ["journal.head": "\(writes.headRevision)"])
-        let waiting = finished.withLock { state -> [CheckedContinuation<Void, Never>] in
-            defer { state = .finished }
-            if case .waiting(let list) = state { return list }
-            return []
-        }
-        for continuation in waiting { continuation.resume() }
+        shutDown()
     }
 
-    /// Removes the ipc socket files of a daemon that stopped cleanly (while it still holds the
-    /// runtime directory's lock): a client then learns at once that no daemon is there, instead
-    /// of waiting out its timeout on a socket nobody listens on.
-    private func removeSocketFiles() {
-        let endpoints = [configuration.requestEndpoint, configuration.publishEndpoint]
-            + configuration.extraRequestEndpoints + configuration.extraPublishEndpoints
-        for endpoint in endpoints where endpoint.hasPrefix("ipc://") {
-            let path = String(endpoint.dropFirst("ipc://".count))
-            var status = stat()
-            if lstat(path, &status) == 0 && (status.st_mode & S_IFMT) == S_IFSOCK { unlink(path) }
+    /// How long the loop may wait for its sockets: until the next timer, a step of a compaction or
+    /// a backup, a kept reply worth offering again, or the write authority's next deadline.
+    private func pollTimeout(now: MonotonicTime, busy: Bool) -> Int {
+        let deadline = min(timers.nextDeadline ?? .distantFuture, writes.nextDeadline ?? .distantFuture)
+        var timeout = Int(min(now.milliseconds(until: deadline), 60_000))
+        for wait in [compactionStepWait(busy: busy), backupStepWait(busy: busy)] {
+            guard let wait else { continue }
+            timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
         }
-        unlink(configuration.runtimeDirectory + "/beacond.probe")
+        // Kept replies are offered again soon: a connection reading them is not told so.
+        if network.replyFlows.hasWaiting { timeout = min(timeout, 2) }
+        if let wait = authority.pollTimeoutMilliseconds { timeout = min(timeout, wait) }
+        return timeout
+    }
+
+    /// Does what the sockets that polled ready call for, in an order that keeps the books right:
+    /// connections counted before their requests, finished commits answered before new requests.
+    /// - Returns: whether requests were read.
+    private func serviceReady(_ polled: PollSet, now: MonotonicTime) -> Bool {
+        if polled.isReadable(polled.wake) { control.wake.drain() }
+        authority.service(host: self)
+        for (monitor, index) in polled.monitors where polled.isReadable(index) { drainConnections(monitor) }
+        if polled.isReadable(polled.authentication) { drainAuthentication() }
+        if let probe = polled.probe, polled.isReadable(probe) { network.servingProbe?.drain(now: now) }
+        writes.completeCommitIfReady()
+        if polled.isReadable(polled.subscriptions) { drainSubscriptions() }
+        guard polled.isReadable(polled.requests) else { return false }
+        drainRequests()
+        return true
+    }
+
+    /// systemd's watchdog interval in milliseconds, if it watches.
+    private var watchdogMilliseconds: UInt64? {
+        notifier?.watchdogInterval.map { UInt64($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
+    }
+
+    private func scheduleLoopTimers(from started: MonotonicTime) {
+        timers.schedule(.heartbeat, at: started)
+        timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalSeconds * 1000))
+        // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
+        if watchdogMilliseconds != nil { timers.schedule(.watchdog, at: started) }
+        if notifier != nil { timers.schedule(.status, at: started.adding(milliseconds: 2000)) }
+        stats.writesAtLastStatus = stats.writes
+    }
+
+    /// Does what `timer` is for, and sets it again if it repeats.
+    private func fire(_ timer: LoopTimer, at now: MonotonicTime) {
+        switch timer {
+        case .heartbeat:
+            stats.writeRate.record(stats.writes, at: now.milliseconds)
+            stats.publicationRate.record(publisher.published, at: now.milliseconds)
+            publisher.tracker.expireLeases(nowMilliseconds: now.milliseconds)
+            stats.journalBytes = writes.pipeline.sizeInBytes
+            publishHeartbeat()
+            timers.schedule(.heartbeat, at: now.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
+        case .compaction:
+            compactByPolicy()
+            timers.schedule(.compaction, at: now.adding(milliseconds: live.compactionIntervalSeconds * 1000))
+        case .watchdog:
+            if network.servingProbe?.tick(now: now) ?? true {
+                notifier?.watchdog()
+            } else if let held = stats.logThrottle.admit("watchdog.withheld", now: now) {
+                logger.critical("libzmq has stopped moving messages: no WATCHDOG=1 until it does (systemd restarts the daemon)",
+                                metadata: ["held.back": "\(held)"])
+            }
+            timers.schedule(.watchdog, at: now.adding(milliseconds: max((watchdogMilliseconds ?? 0) / 2, 1)))
+        case .status:
+            let rate = Double(stats.writes - stats.writesAtLastStatus) / 2
+            stats.writesAtLastStatus = stats.writes
+            notifier?.status(statusLine(writesPerSecond: rate))
+            timers.schedule(.status, at: now.adding(milliseconds: 2000))
+        case .publisherReset:
+            reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
+        case .publisherRebind:
+            bindPublishEndpoints()
+        }
+    }
+
+    /// Answers the requests already read, then closes everything in order: the write authority,
+    /// the journal, the sockets, libzmq's context, the socket files, the lock.
+    private func shutDown() {
+        authority.shutDown(host: self)
+        writes.flush()
+        maintenance.backups.removeAll()
+        network.close()
+        writes.close()
+        network = nil  // the last of libzmq's context: it ends here, sending what lingers
+        DaemonNetwork.removeSocketFiles(of: configuration)
+        if case .running(let lock) = lifecycle { lock.release() }
+        lifecycle = .stopped
+        logger.info("beacond stopped", metadata: ["journal.head": "\(writes.headRevision)"])
+        control.finish()
     }
 
     /// The last revision to report for a prefix that starts being tracked now. Compaction may

@@ -222,91 +222,129 @@ public struct DaemonConfiguration: Sendable, Equatable {
         for (index, rawLine) in fileContents.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let trimmed = ConfigurationLine.strippingComment(String(rawLine))
             if trimmed.isEmpty { continue }
-            func fail(_ reason: String) -> FileError { FileError(path: path, line: index + 1, reason: reason) }
-            guard let equals = trimmed.firstIndex(of: "=") else { throw fail("expected 'name = value'") }
-            let name = trimmed[..<equals].trimmingCharacters(in: .whitespaces)
+            guard let equals = trimmed.firstIndex(of: "=") else {
+                throw FileError(path: path, line: index + 1, reason: "expected 'name = value'")
+            }
             var value = trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
-            func number<T: FixedWidthInteger>(_ type: T.Type, min: T = 0) throws(FileError) -> T {
-                guard let parsed = T(value), parsed >= min else { throw fail("'\(name)' needs a whole number >= \(min), not '\(value)'") }
-                return parsed
-            }
-            switch name {
-            case "runtime_dir": copy.runtimeDirectory = value
-            case "state_dir": copy.stateDirectory = value
-            case "request_endpoint": copy.extraRequestEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            case "publish_endpoint": copy.extraPublishEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            case "heartbeat_ms": copy.heartbeatIntervalMilliseconds = try number(UInt32.self, min: 10)
-            case "session_ttl_ms": copy.sessionTTLMilliseconds = try number(UInt64.self, min: 100)
-            case "durability":
-                guard let durability = Durability(rawValue: value) else { throw fail("'durability' is 'normal' or 'full', not '\(value)'") }
-                copy.durability = durability
-            case "retention_revisions":
-                let count = try number(UInt64.self)
-                copy.retention.revisions = count == 0 ? nil : count
-            case "retention_age_s":
-                let seconds = try number(UInt64.self)
-                copy.retention.maxAgeMilliseconds = seconds == 0 ? nil : seconds * 1000
-            case "compaction_interval_s": copy.compactionIntervalSeconds = try number(UInt64.self, min: 1)
-            case "max_batch": copy.maxBatch = try number(Int.self, min: 1)
-            case "publish_hwm": copy.publishHighWaterMark = try number(Int32.self)
-            case "allow":
-                do {
-                    copy.access.rules.append(try AccessPolicy.parseRule(value))
-                } catch {
-                    throw fail(error.description)
-                }
-            case "max_value_bytes":
-                copy.limits.maxValueBytes = try number(Int.self, min: 1)
-                guard copy.limits.maxValueBytes <= WireLimits.maxValueBytes else {
-                    throw fail("'max_value_bytes' is at most \(WireLimits.maxValueBytes) (the protocol's limit)")
-                }
-            case "writes_per_second": copy.limits.writesPerSecond = try number(UInt32.self)
-            case "write_burst": copy.limits.writeBurst = try number(UInt32.self)
-            case "keys_per_peer": copy.limits.keysPerPeer = try number(UInt32.self)
-            case "pending_requests": copy.limits.pendingRequests = try number(Int32.self, min: 1)
-            case "subscriptions_per_peer": copy.limits.subscriptionsPerPeer = try number(UInt32.self, min: 1)
-            case "sessions_per_peer": copy.limits.sessionsPerPeer = try number(UInt32.self)
-            case "leases_per_peer": copy.limits.leasesPerPeer = try number(UInt32.self)
-            case "connections_per_peer": copy.limits.connectionsPerPeer = try number(UInt32.self)
-            case "max_journal_bytes": copy.limits.maxJournalBytes = try number(UInt64.self)
-            case "reply_buffer_bytes": copy.limits.replyBufferBytes = try number(Int.self, min: 1 << 20)
-            case "reply_buffer_peer_bytes": copy.limits.replyBufferPeerBytes = try number(Int.self, min: 1 << 20)
-            case "reply_buffer_total_bytes": copy.limits.replyBufferTotalBytes = try number(Int.self, min: 1 << 20)
-            case "publish_buffer_bytes": copy.limits.publishBufferBytes = try number(Int.self, min: 1 << 20)
-            case "curve_secret_key_file": copy.curveSecretKeyFile = value.isEmpty ? nil : value
-            case "upstream":
-                if value.isEmpty {
-                    copy.upstream = nil
-                } else {
-                    copy.upstream = copy.upstream ?? UpstreamSettings(requestEndpoint: value)
-                    copy.upstream!.requestEndpoint = value
-                }
-            case "upstream_publish", "upstream_server_key", "upstream_key_file", "upstream_prefix":
-                guard copy.upstream != nil else { throw fail("'\(name)' needs an 'upstream = ENDPOINT' line before it") }
-                let setting: String? = value.isEmpty ? nil : value
-                switch name {
-                case "upstream_publish": copy.upstream!.publishEndpoint = setting
-                case "upstream_server_key": copy.upstream!.serverKey = setting
-                case "upstream_prefix":
-                    // One or more, separated by spaces or commas; each line adds to the list.
-                    copy.upstream!.prefixes += value.split { $0 == " " || $0 == "," }.map(String.init)
-                default: copy.upstream!.keyFile = setting
-                }
-            case "tcp_insecure":
-                guard let flag = Bool(value) else { throw fail("'tcp_insecure' is true or false, not '\(value)'") }
-                copy.tcpInsecure = flag
-            case "loop_cpu":
-                guard let placement = LoopCPU(value) else { throw fail("'loop_cpu' is auto, off or a CPU number, not '\(value)'") }
-                copy.loopCPU = placement
-            case "socket_mode":
-                guard let mode = UInt16(value, radix: 8), mode <= 0o777 else { throw fail("'socket_mode' is an octal mode such as 0660, not '\(value)'") }
-                copy.socketMode = mode
-            default:
-                throw fail("unknown setting '\(name)'")
-            }
+            let setting = Setting(name: trimmed[..<equals].trimmingCharacters(in: .whitespaces), value: value, path: path, line: index + 1)
+            if try !copy.applyLimit(setting), try !copy.applyUpstream(setting) { try copy.apply(setting) }
         }
         self = copy
+    }
+
+    /// One `name = value` line of a configuration file.
+    private struct Setting {
+        var name: String
+        var value: String
+        var path: String
+        var line: Int
+
+        func fail(_ reason: String) -> FileError { FileError(path: path, line: line, reason: reason) }
+
+        func number<T: FixedWidthInteger>(_ type: T.Type, min: T = 0) throws(FileError) -> T {
+            guard let parsed = T(value), parsed >= min else { throw fail("'\(name)' needs a whole number >= \(min), not '\(value)'") }
+            return parsed
+        }
+    }
+
+    /// Applies a setting of the daemon itself: directories, endpoints, timing, journal, access.
+    private mutating func apply(_ setting: Setting) throws(FileError) {
+        let value = setting.value
+        switch setting.name {
+        case "runtime_dir": runtimeDirectory = value
+        case "state_dir": stateDirectory = value
+        case "request_endpoint": extraRequestEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        case "publish_endpoint": extraPublishEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        case "heartbeat_ms": heartbeatIntervalMilliseconds = try setting.number(UInt32.self, min: 10)
+        case "session_ttl_ms": sessionTTLMilliseconds = try setting.number(UInt64.self, min: 100)
+        case "durability":
+            guard let durability = Durability(rawValue: value) else { throw setting.fail("'durability' is 'normal' or 'full', not '\(value)'") }
+            self.durability = durability
+        case "retention_revisions":
+            let count = try setting.number(UInt64.self)
+            retention.revisions = count == 0 ? nil : count
+        case "retention_age_s":
+            let seconds = try setting.number(UInt64.self)
+            retention.maxAgeMilliseconds = seconds == 0 ? nil : seconds * 1000
+        case "compaction_interval_s": compactionIntervalSeconds = try setting.number(UInt64.self, min: 1)
+        case "max_batch": maxBatch = try setting.number(Int.self, min: 1)
+        case "publish_hwm": publishHighWaterMark = try setting.number(Int32.self)
+        case "allow":
+            do {
+                access.rules.append(try AccessPolicy.parseRule(value))
+            } catch {
+                throw setting.fail(error.description)
+            }
+        case "curve_secret_key_file": curveSecretKeyFile = value.isEmpty ? nil : value
+        case "tcp_insecure":
+            guard let flag = Bool(value) else { throw setting.fail("'tcp_insecure' is true or false, not '\(value)'") }
+            tcpInsecure = flag
+        case "loop_cpu":
+            guard let placement = LoopCPU(value) else { throw setting.fail("'loop_cpu' is auto, off or a CPU number, not '\(value)'") }
+            loopCPU = placement
+        case "socket_mode":
+            guard let mode = UInt16(value, radix: 8), mode <= 0o777 else {
+                throw setting.fail("'socket_mode' is an octal mode such as 0660, not '\(value)'")
+            }
+            socketMode = mode
+        default:
+            throw setting.fail("unknown setting '\(setting.name)'")
+        }
+    }
+
+    /// Applies a per-peer or daemon-wide limit; false if `setting` is not one.
+    private mutating func applyLimit(_ setting: Setting) throws(FileError) -> Bool {
+        switch setting.name {
+        case "max_value_bytes":
+            limits.maxValueBytes = try setting.number(Int.self, min: 1)
+            guard limits.maxValueBytes <= WireLimits.maxValueBytes else {
+                throw setting.fail("'max_value_bytes' is at most \(WireLimits.maxValueBytes) (the protocol's limit)")
+            }
+        case "writes_per_second": limits.writesPerSecond = try setting.number(UInt32.self)
+        case "write_burst": limits.writeBurst = try setting.number(UInt32.self)
+        case "keys_per_peer": limits.keysPerPeer = try setting.number(UInt32.self)
+        case "pending_requests": limits.pendingRequests = try setting.number(Int32.self, min: 1)
+        case "subscriptions_per_peer": limits.subscriptionsPerPeer = try setting.number(UInt32.self, min: 1)
+        case "sessions_per_peer": limits.sessionsPerPeer = try setting.number(UInt32.self)
+        case "leases_per_peer": limits.leasesPerPeer = try setting.number(UInt32.self)
+        case "connections_per_peer": limits.connectionsPerPeer = try setting.number(UInt32.self)
+        case "max_journal_bytes": limits.maxJournalBytes = try setting.number(UInt64.self)
+        case "reply_buffer_bytes": limits.replyBufferBytes = try setting.number(Int.self, min: 1 << 20)
+        case "reply_buffer_peer_bytes": limits.replyBufferPeerBytes = try setting.number(Int.self, min: 1 << 20)
+        case "reply_buffer_total_bytes": limits.replyBufferTotalBytes = try setting.number(Int.self, min: 1 << 20)
+        case "publish_buffer_bytes": limits.publishBufferBytes = try setting.number(Int.self, min: 1 << 20)
+        default: return false
+        }
+        return true
+    }
+
+    /// Applies a relay's setting (`upstream` and what follows it); false if `setting` is not one.
+    private mutating func applyUpstream(_ setting: Setting) throws(FileError) -> Bool {
+        let value = setting.value
+        switch setting.name {
+        case "upstream":
+            if value.isEmpty {
+                upstream = nil
+            } else {
+                upstream = upstream ?? UpstreamSettings(requestEndpoint: value)
+                upstream!.requestEndpoint = value
+            }
+        case "upstream_publish", "upstream_server_key", "upstream_key_file", "upstream_prefix":
+            guard upstream != nil else { throw setting.fail("'\(setting.name)' needs an 'upstream = ENDPOINT' line before it") }
+            let given: String? = value.isEmpty ? nil : value
+            switch setting.name {
+            case "upstream_publish": upstream!.publishEndpoint = given
+            case "upstream_server_key": upstream!.serverKey = given
+            case "upstream_prefix":
+                // One or more, separated by spaces or commas; each line adds to the list.
+                upstream!.prefixes += value.split { $0 == " " || $0 == "," }.map(String.init)
+            default: upstream!.keyFile = given
+            }
+        default:
+            return false
+        }
+        return true
     }
 }
 

@@ -18,14 +18,14 @@ struct RelayOrderTests {
     }
 
     @Test func aReadAfterAForwardedWriteWaitsForItsAnswerAndWritesPipeline() {
-        var order = ForwardingOrder<String>(boundBytes: 1000)
-        #expect(order.admit("write 1", of: Self.alice, isForwarded: true, bytes: 10) == .now)
+        var order = ForwardingOrder<String>()
+        #expect(order.admit("write 1", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 1000) == .now)
         order.forwarded(by: Self.alice)
-        #expect(order.admit("write 2", of: Self.alice, isForwarded: true, bytes: 10) == .now, "writes pipeline behind writes")
+        #expect(order.admit("write 2", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 1000) == .now, "writes pipeline behind writes")
         order.forwarded(by: Self.alice)
-        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 10) == .waits)
-        #expect(order.admit("write 3", of: Self.alice, isForwarded: true, bytes: 10) == .waits, "behind the read that waits")
-        #expect(order.admit("read of bob", of: Self.bob, isForwarded: false, bytes: 10) == .now, "another connection is not held")
+        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 10, boundBytes: 1000) == .waits)
+        #expect(order.admit("write 3", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 1000) == .waits, "behind the read that waits")
+        #expect(order.admit("read of bob", of: Self.bob, isForwarded: false, bytes: 10, boundBytes: 1000) == .now, "another connection is not held")
         order.answered(for: Self.alice)
         #expect(Self.handBack(&order).isEmpty, "one forwarded write is still unanswered")
         order.answered(for: Self.alice)
@@ -37,10 +37,10 @@ struct RelayOrderTests {
     }
 
     @Test func handingBackStopsAtAReadBehindAWriteItForwardedAgain() {
-        var order = ForwardingOrder<String>(boundBytes: 1000)
+        var order = ForwardingOrder<String>()
         order.forwarded(by: Self.alice)
         for request in ["read 1", "write 2", "read 3"] {
-            #expect(order.admit(request, of: Self.alice, isForwarded: request.hasPrefix("write"), bytes: 1) == .waits)
+            #expect(order.admit(request, of: Self.alice, isForwarded: request.hasPrefix("write"), bytes: 1, boundBytes: 1000) == .waits)
         }
         order.answered(for: Self.alice)
         #expect(order.nextToHandBack() == "read 1")
@@ -54,10 +54,10 @@ struct RelayOrderTests {
     }
 
     @Test func whatWaitsIsBoundedInBytesPerConnection() {
-        var order = ForwardingOrder<String>(boundBytes: 100)
+        var order = ForwardingOrder<String>()
         order.forwarded(by: Self.alice)
-        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 60) == .waits)
-        #expect(order.admit("read 2", of: Self.alice, isForwarded: false, bytes: 60) == .overBound(held: 120))
+        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 60, boundBytes: 100) == .waits)
+        #expect(order.admit("read 2", of: Self.alice, isForwarded: false, bytes: 60, boundBytes: 100) == .overBound(held: 120))
         #expect(order.waitingCount == 0, "what the connection had waiting is dropped with it")
         order.answered(for: Self.alice)
         #expect(order.nextToHandBack() == nil)

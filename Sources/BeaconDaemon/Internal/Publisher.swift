@@ -86,7 +86,7 @@ final class Publisher {
         try socket.setMaxMessageSize(Int64(Self.subscriptionMessageBytes))
         try socket.setReceiveHighWaterMark(Self.subscriptionsAhead)
         try socket.setXPubManual(true)
-        try socket.setHandshakeInterval(milliseconds: BeaconServer.handshakeMilliseconds)
+        try socket.setHandshakeInterval(milliseconds: DaemonNetwork.handshakeMilliseconds)
         try connections.watch(socket, as: .subscribers, name: "beacond-subscribers-\(UInt64.random(in: 0 ... .max))")
         return socket
     }

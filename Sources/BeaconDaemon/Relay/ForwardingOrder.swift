@@ -26,8 +26,6 @@ struct ForwardingOrder<Request> {
         case overBound(held: Int)
     }
 
-    /// Bytes one connection may have waiting.
-    var boundBytes: Int
     /// Per connection, forwarded requests not yet answered.
     private(set) var unanswered: [RoutingID: Int] = [:]
     private var waiting: [RoutingID: (requests: [Waiting], bytes: Int)] = [:]
@@ -36,16 +34,12 @@ struct ForwardingOrder<Request> {
     /// The connection being handed back.
     private var handingBack: RoutingID?
 
-    init(boundBytes: Int) {
-        self.boundBytes = boundBytes
-    }
-
     /// Requests waiting, over all connections.
     var waitingCount: Int { waiting.values.reduce(0) { $0 + $1.requests.count } }
 
-    /// Decides whether `request` of `connection` goes now or waits (`handedBack`: it is one that
-    /// waited, on its way back now).
-    mutating func admit(_ request: Request, of connection: RoutingID, isForwarded: Bool, bytes: Int,
+    /// Decides whether `request` of `connection` goes now or waits, with at most `boundBytes` of
+    /// the connection's requests waiting (`handedBack`: it is one that waited, on its way back now).
+    mutating func admit(_ request: Request, of connection: RoutingID, isForwarded: Bool, bytes: Int, boundBytes: Int,
                         handedBack: Bool = false) -> Admission {
         let inFlight = unanswered[connection] ?? 0
         let queued = !handedBack && waiting[connection] != nil

@@ -42,7 +42,7 @@ final class Relay: WriteAuthority {
     /// Forwarded requests by token.
     private var forwarded: [UInt64: Forwarded] = [:]
     private var nextToken: UInt64 = 1
-    private var order: ForwardingOrder<WaitingRequest>
+    private var order = ForwardingOrder<WaitingRequest>()
     private var awaitingMirror = MirrorWaiters<Answered>()
     private(set) var writesForwarded: UInt64 = 0
 
@@ -50,9 +50,8 @@ final class Relay: WriteAuthority {
     /// (the link finds out with its first delta whether it is the same), or taking it anew.
     /// - Parameters:
     ///   - idKeyPath: the file that keeps the key naming forwarded write ids (``ForwardedIDs``).
-    ///   - perConnectionBytes: how much of one connection's requests may wait.
     init(settings: DaemonConfiguration.UpstreamSettings, idKeyPath: String, context: ZMQContext, writes: WritePath,
-         perConnectionBytes: Int, logger: Logger) throws(DaemonError) {
+         logger: Logger) throws(DaemonError) {
         guard let publish = settings.resolvedPublishEndpoint else {
             throw DaemonError(.startup, "upstream_publish is needed for \(settings.requestEndpoint)")
         }
@@ -61,7 +60,6 @@ final class Relay: WriteAuthority {
         } catch {
             throw DaemonError(.startup, "cannot keep the relay's write id key at \(idKeyPath): \(error)")
         }
-        order = ForwardingOrder(boundBytes: perConnectionBytes)
         do {
             // What the journal holds is the upstream's through its head if it copied the same
             // prefixes and the epochs match (the link finds out with its first delta); otherwise
@@ -82,12 +80,6 @@ final class Relay: WriteAuthority {
     }
 
     var stagesWritesHere: Bool { false }
-
-    /// The bound on what one connection may have waiting (`reply_buffer_bytes`, reloadable).
-    var perConnectionBytes: Int {
-        get { order.boundBytes }
-        set { order.boundBytes = newValue }
-    }
 
     // MARK: The loop
 
@@ -265,14 +257,15 @@ final class Relay: WriteAuthority {
         guard let connection = route.connection else { return false }
         let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
         let bytes = ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0
-        switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request), bytes: bytes, handedBack: replaying) {
+        switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request), bytes: bytes,
+                           boundBytes: host.perConnectionBytes, handedBack: replaying) {
         case .now:
             return false
         case .waits:
             return true
         case .overBound(let held):
             host.closeConnection(connection, pilingUp: held,
-                                 reason: "requests waiting behind its forwarded writes passed reply_buffer_bytes (\(order.boundBytes))")
+                                 reason: "requests waiting behind its forwarded writes passed reply_buffer_bytes (\(host.perConnectionBytes))")
             return true
         }
     }
