@@ -137,7 +137,7 @@ public final class BeaconServer: @unchecked Sendable {
         logger.info("beacond started", metadata: [
             "runtime.dir": "\(config.runtimeDirectory)", "journal.path": "\(config.journalPath)",
             "journal.epoch": "\(writes.epoch)", "journal.head": "\(writes.headRevision)",
-            "keys": "\(writes.store.liveCount)",
+            "keys": "\(writes.store.liveCount)", "endpoints": "\((network.requestEndpoints + publisher.endpoints).joined(separator: ","))",
         ])
         notifier?.ready(status: statusLine(writesPerSecond: 0))
         let thread = Thread { [self] in self.loop() }

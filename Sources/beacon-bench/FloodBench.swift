@@ -64,6 +64,15 @@ struct FloodBench: ParsableCommand {
         var held: String
     }
 
+    /// The loopback tcp port the daemon bound for `role` (`request`, `publish`), from `beacond.endpoints`.
+    private static func boundPort(_ role: String, runtimeDirectory: String) throws -> Int {
+        let text = try String(contentsOfFile: runtimeDirectory + "/beacond.endpoints", encoding: .utf8)
+        for line in text.split(separator: "\n") where line.hasPrefix("\(role) tcp://") {
+            if let port = line.split(separator: ":").last.flatMap({ Int($0) }) { return port }
+        }
+        throw ValidationError("beacond.endpoints names no tcp \(role) endpoint: \(text)")
+    }
+
     private func measure(_ abuse: Abuse) throws -> Result {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -71,12 +80,12 @@ struct FloodBench: ParsableCommand {
         let flooderKeys = try ZMQCurveKeyPair.generate()
         try CurveKeyFile(publicKey: server.publicKey, secretKey: server.secretKey).text
             .write(toFile: directory + "/server.key", atomically: true, encoding: .utf8)
-        let port = Int.random(in: 20_000...50_000)
+        // Ports the kernel chooses, read back from the endpoints file the daemon writes.
         let configuration = """
-            request_endpoint = tcp://127.0.0.1:\(port)
+            request_endpoint = tcp://127.0.0.1:*
             curve_secret_key_file = \(directory)/server.key
             allow = uid:\(getuid()) read=* write=*
-            publish_endpoint = tcp://127.0.0.1:\(port + 1)
+            publish_endpoint = tcp://127.0.0.1:*
             allow = key:\(flooderKeys.publicKey) read=flood. write=flood.
             writes_per_second = \(abuse == .writesLimited ? limit : 0)
             write_burst = \(abuse == .writesLimited ? samples * 3 : 0)
@@ -87,11 +96,13 @@ struct FloodBench: ParsableCommand {
         let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 4096,
                                          extraArguments: ["--config", directory + "/flood.conf"], launcher: launcher)
         defer { daemon.stop() }
+        let port = try Self.boundPort("request", runtimeDirectory: daemon.runtimeDirectory)
+        let publishPort = try Self.boundPort("publish", runtimeDirectory: daemon.runtimeDirectory)
         let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         if abuse == .unreadReplies || abuse == .unreadRepliesManyConnections { try fillTwoMegabyteList(client) }
         let unloaded = try latencies(client)
 
-        let target = FloodTarget(runtimeDirectory: daemon.runtimeDirectory, daemonPID: daemon.process.processIdentifier, port: port,
+        let target = FloodTarget(runtimeDirectory: daemon.runtimeDirectory, daemonPID: daemon.process.processIdentifier, port: port, publishPort: publishPort,
                                  credentials: CurveCredentials(serverKey: server.publicKey, keys: flooderKeys),
                                  configurationPath: directory + "/flood.conf", configuration: configuration)
         let stop = Atomic<Bool>(false)

@@ -8,8 +8,9 @@ import Synchronization
 struct FloodTarget: Sendable {
     let runtimeDirectory: String
     let daemonPID: Int32
-    /// The CURVE request port; the publish port is the next one.
+    /// The CURVE request and publish ports.
     let port: Int
+    let publishPort: Int
     /// The flooder's CURVE identity: a peer whose rule grants `flood.` only.
     let credentials: CurveCredentials
     /// The configuration file and its text, for the abuse that makes the administrator reload.
@@ -17,7 +18,7 @@ struct FloodTarget: Sendable {
     let configuration: String
 
     var requestEndpoint: String { "tcp://127.0.0.1:\(port)" }
-    var publishEndpoint: String { "tcp://127.0.0.1:\(port + 1)" }
+    var publishEndpoint: String { "tcp://127.0.0.1:\(publishPort)" }
 }
 
 /// What a flooder sent, and how much of it the daemon accepted or refused.

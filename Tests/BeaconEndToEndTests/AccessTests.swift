@@ -168,15 +168,14 @@ struct AccessTests {
             try CurveKeyFile(publicKey: keys.publicKey, secretKey: keys.secretKey).text
                 .write(toFile: "\(dir)/\(name).key", atomically: true, encoding: .utf8)
         }
-        let port = testPorts()
-        let request = "tcp://127.0.0.1:\(port)", publish = "tcp://127.0.0.1:\(port + 1)"
         let (daemon, _) = try startDaemon([
-            "request_endpoint = \(request)", "publish_endpoint = \(publish)",
+            "request_endpoint = tcp://127.0.0.1:*", "publish_endpoint = tcp://127.0.0.1:*",  // ports the kernel chooses
             "curve_secret_key_file = \(dir)/server.key",
             "allow = uid:\(getuid()) read=* write=*",
             "allow = key:\(client.publicKey) read=sensor. write=sensor.   # the sensor box",
         ])
         defer { daemon.stop() }
+        let (request, publish) = try daemon.tcpEndpoints()
         let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try root.put("sensor.t", .with { $0.doubleValue = 21.5 })
         let probe = try AccessProbe(directory: dir)

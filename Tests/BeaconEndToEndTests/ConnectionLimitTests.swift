@@ -81,13 +81,14 @@ extension AccessTests {
         let server = try ZMQCurveKeyPair.generate()
         try CurveKeyFile(publicKey: server.publicKey, secretKey: server.secretKey).text
             .write(toFile: "\(dir)/server.key", atomically: true, encoding: .utf8)
-        let port = try freeLoopbackPort()
         let (daemon, _) = try startDaemon([
-            "request_endpoint = tcp://127.0.0.1:\(port)",
+            "request_endpoint = tcp://127.0.0.1:*",  // a port the kernel chooses
             "curve_secret_key_file = \(dir)/server.key", "allow = uid:\(getuid()) read=* write=*",
             "allow = key:\(server.publicKey) read=* write=*",
         ], launcher: ["/usr/bin/prlimit", "--nofile=1024:1024"])
         defer { daemon.stop() }
+        let endpoint = try #require(try daemon.boundEndpoints().request.first { $0.hasPrefix("tcp://") })
+        let port = try #require(UInt16(endpoint.split(separator: ":").last ?? ""))
         let pid = daemon.process.processIdentifier
         var held: [Int32] = []
         defer { for fd in held { close(fd) } }

@@ -3,15 +3,6 @@ import BeaconWire
 import Foundation
 import Testing
 
-/// An even tcp port for a test daemon (the next ones are its publish port and a relay's), below the kernel's
-/// ephemeral range: a port in that range can be taken meanwhile by an outgoing connection, even
-/// by a client reconnecting to a daemon that was killed there (it then connects to itself).
-func testPorts() -> Int {
-    let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
-        .split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
-    let ephemeralStart = range?.first ?? 32_768
-    return Int.random(in: 10_000...max(10_008, ephemeralStart - 8)) & ~1
-}
 
 func temporaryDirectory() throws -> String {
     var template = Array("/tmp/be2e-XXXXXX".utf8CString)
@@ -39,6 +30,26 @@ final class DaemonProcess {
     let runtimeDirectory: String
     let stateDirectory: String
     let stderrPath: String
+
+    /// The endpoints the daemon bound, as it lists them in its runtime directory
+    /// (`beacond.endpoints`): a tcp port the kernel chose (`:*`) is the port it gave.
+    func boundEndpoints() throws -> (request: [String], publish: [String]) {
+        let text = try String(contentsOfFile: runtimeDirectory + "/beacond.endpoints", encoding: .utf8)
+        var request: [String] = [], publish: [String] = []
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ", maxSplits: 1).map(String.init)
+            guard parts.count == 2 else { continue }
+            if parts[0] == "request" { request.append(parts[1]) } else if parts[0] == "publish" { publish.append(parts[1]) }
+        }
+        return (request, publish)
+    }
+
+    /// The first loopback tcp endpoint the daemon bound for requests and for publications.
+    func tcpEndpoints() throws -> (request: String, publish: String) {
+        let bound = try boundEndpoints()
+        return (try #require(bound.request.first { $0.hasPrefix("tcp://") }, "no tcp request endpoint in \(bound)"),
+                try #require(bound.publish.first { $0.hasPrefix("tcp://") }, "no tcp publish endpoint in \(bound)"))
+    }
 
     /// Launches beacond; with `waitUntilReady`, returns once it answers a ping.
     /// - Parameters:

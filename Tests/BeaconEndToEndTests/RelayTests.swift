@@ -26,29 +26,47 @@ final class RelayCluster {
         return pair
     }
 
-    /// Two free-looking tcp ports (request, publish).
-    static func ports() -> Int { testPorts() }
+    /// The tcp ports each daemon was given: by the kernel at its first start (`:*`, read back from
+    /// the endpoints file it writes), the same again when it is started anew.
+    private var given: [String: (request: Int, publish: Int)] = [:]
 
-    /// Starts daemon `name` with tcp endpoints at `port`, `port + 1` (CURVE key `name`), letting
-    /// this uid and the keys `clients` read and write everything; with `upstream`, as a relay of
-    /// the daemon at that port (with its own key `name`).
-    func start(_ name: String, port: Int, clients: [String] = [], upstream: (name: String, port: Int)? = nil,
+    /// The tcp ports daemon `name` listens on.
+    func ports(_ name: String) throws -> (request: Int, publish: Int) {
+        try #require(given[name], "daemon \(name) was never started")
+    }
+
+    /// Daemon `name`'s request endpoint.
+    func requestEndpoint(_ name: String) throws -> String { "tcp://127.0.0.1:\(try ports(name).request)" }
+
+    /// Starts daemon `name` on loopback tcp (CURVE key `name`; ports the kernel chooses, kept for
+    /// its later starts), letting this uid and the keys `clients` read and write everything; with
+    /// `upstream`, as a relay of that daemon (with its own key `name`).
+    func start(_ name: String, clients: [String] = [], upstream: String? = nil,
                lines extra: [String] = [], localRights: String = "read=* write=*") throws -> DaemonProcess {
+        let ports = given[name].map { (String($0.request), String($0.publish)) } ?? ("*", "*")
         var lines = [
-            "request_endpoint = tcp://127.0.0.1:\(port)", "publish_endpoint = tcp://127.0.0.1:\(port + 1)",
+            "request_endpoint = tcp://127.0.0.1:\(ports.0)", "publish_endpoint = tcp://127.0.0.1:\(ports.1)",
             "curve_secret_key_file = \(directory)/\(name).key",
             "allow = uid:\(getuid()) \(localRights)",
         ]
         _ = try key(name)
         for client in clients { lines.append("allow = key:\(try key(client).publicKey) read=* write=*") }
         if let upstream {
-            lines += ["upstream = tcp://127.0.0.1:\(upstream.port)", "upstream_server_key = \(try key(upstream.name).publicKey)",
-                      "upstream_key_file = \(directory)/\(name).key"]
+            lines += ["upstream = \(try requestEndpoint(upstream))", "upstream_publish = tcp://127.0.0.1:\(try self.ports(upstream).publish)",
+                      "upstream_server_key = \(try key(upstream).publicKey)", "upstream_key_file = \(directory)/\(name).key"]
         }
         let config = "\(directory)/\(name).conf"
         try (lines + extra).joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
-        return try DaemonProcess(runtimeDirectory: "\(directory)/\(name)-run", stateDirectory: "\(directory)/\(name)-state",
-                                 extraArguments: ["--config", config])
+        let daemon = try DaemonProcess(runtimeDirectory: "\(directory)/\(name)-run", stateDirectory: "\(directory)/\(name)-state",
+                                       extraArguments: ["--config", config])
+        if given[name] == nil {
+            let bound = try daemon.boundEndpoints()
+            func port(_ endpoints: [String]) throws -> Int {
+                try #require(endpoints.first { $0.hasPrefix("tcp://") }.flatMap { $0.split(separator: ":").last.flatMap { Int($0) } })
+            }
+            given[name] = (try port(bound.request), try port(bound.publish))
+        }
+        return daemon
     }
 }
 
@@ -166,8 +184,7 @@ struct RelayTests {
     @Test("A relay mirrors its upstream with the same numbers, serves its reads, live diffs and deltas, and forwards writes")
     func relayMirrorsAndForwards() async throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
-        let primary = try cluster.start("primary", port: port, clients: ["relay"])
+        let primary = try cluster.start("primary", clients: ["relay"])
         defer { primary.stop() }
         let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<50 { _ = try root.put("a.k\(index)", .with { $0.intValue = Int64(index) }) }
@@ -176,12 +193,12 @@ struct RelayTests {
         _ = try root.delete("a.k0")
         _ = try root.put("b.ttl", .with { $0.stringValue = "later" }, ttlMilliseconds: 3_600_000)
 
-        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        let relayDaemon = try cluster.start("relay", upstream: "primary")
         defer { relayDaemon.stop() }
         let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
         let ping = try relay.ping()
-        #expect(ping.upstream.endpoint == "tcp://127.0.0.1:\(port)")
+        #expect(try ping.upstream.endpoint == cluster.requestEndpoint("primary"))
         #expect(ping.upstream.reachable)
         #expect(try root.ping().upstream == Beacon_V1_UpstreamStatus(), "a primary reports no upstream")
         #expect(try relay.get("b.ttl").expiresAtMs == root.get("b.ttl").expiresAtMs)
@@ -240,7 +257,7 @@ struct RelayTests {
         // The operator's view: `beacon stats` names the upstream, its head and the lag.
         let run = try await beacon(["stats", "--json"], runtimeDirectory: relayDaemon.runtimeDirectory)
         let object = try run.json()
-        #expect(object["upstream"] as? String == "tcp://127.0.0.1:\(port)")
+        #expect(try object["upstream"] as? String == cluster.requestEndpoint("primary"))
         #expect(object["upstream_reachable"] as? Bool == true)
         #expect(object["upstream_lag_revisions"] as? Int == 0)
     }
@@ -248,12 +265,11 @@ struct RelayTests {
     @Test("A relay serves reads and refuses writes while its upstream is down, resumes by delta after a kill -9 of either, and resyncs to a new epoch")
     func relaySurvivesFaults() throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
-        var primary = try cluster.start("primary", port: port, clients: ["relay"])
+        var primary = try cluster.start("primary", clients: ["relay"])
         defer { primary.stop() }
         var root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<20 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(index) }) }
-        var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        var relayDaemon = try cluster.start("relay", upstream: "primary")
         defer { relayDaemon.stop() }
         var relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
@@ -273,7 +289,7 @@ struct RelayTests {
         }
 
         // The upstream back (same journal): the relay catches up by delta, no resync.
-        primary = try cluster.start("primary", port: port, clients: ["relay"])
+        primary = try cluster.start("primary", clients: ["relay"])
         root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<10 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(100 + index) }) }
         try Self.waitForMirror(relay, of: root)
@@ -284,7 +300,7 @@ struct RelayTests {
         // The relay killed while the primary writes on: it restarts from its journal and catches up.
         #expect(relayDaemon.stop(signal: SIGKILL) == SIGKILL)
         for index in 10..<20 { _ = try root.put("k\(index)", .with { $0.intValue = Int64(100 + index) }) }
-        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        relayDaemon = try cluster.start("relay", upstream: "primary")
         relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
         #expect(try relay.stats().compactedRevision == firstSync, "resumed by delta after its own restart")
@@ -293,7 +309,7 @@ struct RelayTests {
         let oldEpoch = try root.ping().epoch
         primary.stop()
         try FileManager.default.removeItem(atPath: primary.stateDirectory)
-        primary = try cluster.start("primary", port: port, clients: ["relay"])
+        primary = try cluster.start("primary", clients: ["relay"])
         root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         _ = try root.put("fresh", .with { $0.boolValue = true })
         try Self.waitForMirror(relay, of: root)
@@ -304,12 +320,11 @@ struct RelayTests {
     @Test("A relay that missed history its upstream compacted away takes the upstream's state, and its own subscriber resyncs")
     func aRelayBehindTheUpstreamsCompactionResyncs() throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
-        let primary = try cluster.start("primary", port: port, clients: ["relay"])
+        let primary = try cluster.start("primary", clients: ["relay"])
         defer { primary.stop() }
         let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<10 { _ = try root.put("c.k\(index)", .with { $0.intValue = Int64(index) }) }
-        var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        var relayDaemon = try cluster.start("relay", upstream: "primary")
         defer { relayDaemon.stop() }
         let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try Self.waitForMirror(relay, of: root)
@@ -327,7 +342,7 @@ struct RelayTests {
             return
         }
 
-        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        relayDaemon = try cluster.start("relay", upstream: "primary")
         try Self.waitForMirror(relay, of: root)
         #expect(try relay.stats().compactedRevision == head, "the relay took the upstream's state at its compaction")
         #expect(try everything(relay).map(\.key) == (5..<10).map { "c.k\($0)" }, "the deleted keys are gone at the relay too")
@@ -344,16 +359,15 @@ struct RelayTests {
     @Test("A relay of one prefix carries its keys with their revisions, refuses the rest plainly, and needs only that prefix upstream")
     func aRelayOfOnePrefix() throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
         let relayKey = try cluster.key("relay").publicKey
-        let primary = try cluster.start("primary", port: port, lines: ["allow = key:\(relayKey) read=a. write=a."])
+        let primary = try cluster.start("primary", lines: ["allow = key:\(relayKey) read=a. write=a."])
         defer { primary.stop() }
         let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<5 {
             _ = try root.put("a.k\(index)", .with { $0.intValue = Int64(index) })
             _ = try root.put("b.k\(index)", .with { $0.intValue = Int64(index) })
         }
-        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: ["upstream_prefix = a."])
+        let relayDaemon = try cluster.start("relay", upstream: "primary", lines: ["upstream_prefix = a."])
         defer { relayDaemon.stop() }
         let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         func list(_ client: WireClient, _ prefix: String) throws -> [Beacon_V1_KeyValue] {
@@ -397,18 +411,17 @@ struct RelayTests {
     @Test("A relay of several prefixes keeps the upstream's transactions across them whole and in order under dropped links, small high-water marks and a kill -9; restarted with other prefixes it takes them anew")
     func aRelayOfSeveralPrefixes() async throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
         let relayKey = try cluster.key("relay").publicKey
         let small = ["publish_hwm = 20"]
         // The upstream lets the relay read only what it carries (and c., for its second life).
-        let primary = try cluster.start("primary", port: port, lines: small + ["allow = key:\(relayKey) read=a.,b.,c. write=a.,b."])
+        let primary = try cluster.start("primary", lines: small + ["allow = key:\(relayKey) read=a.,b.,c. write=a.,b."])
         defer { primary.stop() }
         let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         for index in 0..<5 {
             for prefix in ["a.", "b.", "c."] { _ = try root.put("\(prefix)k\(index)", .with { $0.intValue = Int64(index) }) }
         }
         let carrying = small + ["upstream_prefix = a. b.", "upstream_prefix = a.nested."]
-        var relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: carrying)
+        var relayDaemon = try cluster.start("relay", upstream: "primary", lines: carrying)
         defer { relayDaemon.stop() }
         func list(_ client: WireClient, _ prefix: String) throws -> [Beacon_V1_KeyValue] {
             guard case .list(let list) = try client.call(.list(.with { $0.prefix = prefix })).result else { return [] }
@@ -435,14 +448,14 @@ struct RelayTests {
             _ = try? client.put("c.k\(i % 7)", .with { $0.intValue = Int64(i) }, timeoutMilliseconds: 500)
         }
         try await Task.sleep(for: .milliseconds(300))
-        try dropConnections(toPort: port + 1)  // the relay's subscription to the primary
+        try dropConnections(toPort: try cluster.ports("primary").publish)  // the relay's subscription to the primary
         try await Task.sleep(for: .milliseconds(300))
         kill(relayDaemon.process.processIdentifier, SIGSTOP)  // its queues from the primary overflow
         try await Task.sleep(for: .milliseconds(500))
         kill(relayDaemon.process.processIdentifier, SIGCONT)
         try await Task.sleep(for: .milliseconds(300))
         #expect(relayDaemon.stop(signal: SIGKILL) == SIGKILL)
-        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: carrying)
+        relayDaemon = try cluster.start("relay", upstream: "primary", lines: carrying)
         try await Task.sleep(for: .milliseconds(500))
         stop.store(true, ordering: .relaxed)
         writers.wait()
@@ -480,7 +493,7 @@ struct RelayTests {
 
         // Restarted to carry a. and c.: it takes them anew; b. is no longer carried.
         relayDaemon.stop()
-        relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), lines: small + ["upstream_prefix = a., c."])
+        relayDaemon = try cluster.start("relay", upstream: "primary", lines: small + ["upstream_prefix = a., c."])
         let second = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         eventually("the restarted relay carries a. and c.") {
             (try? list(second, "c.")) == (try? list(root, "c.")) && (try? list(second, "a.")) == (try? list(root, "a."))
@@ -513,10 +526,9 @@ struct RelayTests {
     @Test("A relay whose key the upstream does not list says why in its log, reports the upstream unreachable and refuses writes")
     func aRefusedRelayLogsWhy() throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
-        let primary = try cluster.start("primary", port: port)  // no rule for the relay's key
+        let primary = try cluster.start("primary")  // no rule for the relay's key
         defer { primary.stop() }
-        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        let relayDaemon = try cluster.start("relay", upstream: "primary")
         defer { relayDaemon.stop() }
         eventually("the relay logs the refusal") { relayDaemon.stderr.contains("no allow rule there lists its key") }
         let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
@@ -527,13 +539,12 @@ struct RelayTests {
     @Test("A write through a relay passes the relay's own rules, then the upstream's rules for the relay's key")
     func bothRulesApplyToWritesThroughARelay() throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
         // The primary lets the relay write app. and sensor. only; the relay lets this uid write
         // app. and shared. only.
         let relayKey = try cluster.key("relay").publicKey
-        let primary = try cluster.start("primary", port: port, lines: ["allow = key:\(relayKey) read=* write=app.,sensor."])
+        let primary = try cluster.start("primary", lines: ["allow = key:\(relayKey) read=* write=app.,sensor."])
         defer { primary.stop() }
-        let relayDaemon = try cluster.start("relay", port: port + 2, upstream: ("primary", port), localRights: "read=* write=app.,shared.")
+        let relayDaemon = try cluster.start("relay", upstream: "primary", localRights: "read=* write=app.,shared.")
         defer { relayDaemon.stop() }
         let relay = try WireClient.patient(runtimeDirectory: relayDaemon.runtimeDirectory)
         try eventually("the relay reaches its upstream") { try relay.ping().upstream.reachable }
@@ -587,12 +598,11 @@ struct RelayTests {
     @Test("A relay of a relay: writes go up two hops and come back down, and every mirror equals the primary")
     func relayOfARelay() throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
-        let primary = try cluster.start("primary", port: port, clients: ["near"])
+        let primary = try cluster.start("primary", clients: ["near"])
         defer { primary.stop() }
-        let near = try cluster.start("near", port: port + 2, clients: ["far"], upstream: ("primary", port))
+        let near = try cluster.start("near", clients: ["far"], upstream: "primary")
         defer { near.stop() }
-        let far = try cluster.start("far", port: port + 4, upstream: ("near", port + 2))
+        let far = try cluster.start("far", upstream: "near")
         defer { far.stop() }
         let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         let nearClient = try WireClient.patient(runtimeDirectory: near.runtimeDirectory)
@@ -610,14 +620,13 @@ struct RelayTests {
     @Test("Through two relay hops, under dropped links, kill -9 of the primary and of a relay, a frozen relay and overflowing high-water marks, a mirror keeps every guarantee and all end equal to the primary")
     func guaranteesHoldThroughTwoHopsUnderFaults() async throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
         // Small publish high-water marks: under load each hop drops diffs, and each mirror repairs.
         let small = ["publish_hwm = 20"]
-        var primary = try cluster.start("primary", port: port, clients: ["near"], lines: small)
+        var primary = try cluster.start("primary", clients: ["near"], lines: small)
         defer { primary.stop() }
-        var near = try cluster.start("near", port: port + 2, clients: ["far"], upstream: ("primary", port), lines: small)
+        var near = try cluster.start("near", clients: ["far"], upstream: "primary", lines: small)
         defer { near.stop() }
-        let far = try cluster.start("far", port: port + 4, upstream: ("near", port + 2), lines: small)
+        let far = try cluster.start("far", upstream: "near", lines: small)
         defer { far.stop() }
         let probe = try ProbeProcess(runtimeDirectory: far.runtimeDirectory, prefix: "k", highWaterMark: 20, pair: ("a.x", "a.y"))
         defer { probe.stop() }
@@ -649,8 +658,8 @@ struct RelayTests {
         try await Task.sleep(for: .milliseconds(300))
         // Dropped links: the near relay's tcp connections to the primary are torn down under it
         // (ss -K: the kernel aborts them); it reconnects and repairs what went by meanwhile.
-        try dropConnections(toPort: port + 1)
-        try dropConnections(toPort: port)
+        try dropConnections(toPort: try cluster.ports("primary").publish)
+        try dropConnections(toPort: try cluster.ports("primary").request)
         try await Task.sleep(for: .milliseconds(300))
         kill(near.process.processIdentifier, SIGSTOP)  // a frozen relay: the far one goes stale
         try await Task.sleep(for: .milliseconds(700))
@@ -658,11 +667,11 @@ struct RelayTests {
         try await Task.sleep(for: .milliseconds(400))
         #expect(near.stop(signal: SIGKILL) == SIGKILL)
         try await Task.sleep(for: .milliseconds(200))
-        near = try cluster.start("near", port: port + 2, clients: ["far"], upstream: ("primary", port), lines: small)
+        near = try cluster.start("near", clients: ["far"], upstream: "primary", lines: small)
         try await Task.sleep(for: .milliseconds(400))
         #expect(primary.stop(signal: SIGKILL) == SIGKILL)
         try await Task.sleep(for: .milliseconds(300))
-        primary = try cluster.start("primary", port: port, clients: ["near"], lines: small)
+        primary = try cluster.start("primary", clients: ["near"], lines: small)
         // The writers go on until both have been acknowledged many times (a slow machine, or the
         // ThreadSanitizer run, takes longer through the faults above).
         _ = waitUntil(seconds: 90) { lastTransaction.load(ordering: .relaxed) > 100 && relayAcks.withLock { $0.count } > 10 }
@@ -709,10 +718,9 @@ struct RelayTests {
     @Test("A Beacon client on a relay: its connection goes stale with the upstream, a write waits it out and completes once the upstream is back")
     func aClientOnARelaySeesItStaleAndItsWriteRetried() async throws {
         let cluster = try RelayCluster()
-        let port = RelayCluster.ports()
-        var primary = try cluster.start("primary", port: port, clients: ["relay"])
+        var primary = try cluster.start("primary", clients: ["relay"])
         defer { primary.stop() }
-        let relay = try cluster.start("relay", port: port + 2, upstream: ("primary", port))
+        let relay = try cluster.start("relay", upstream: "primary")
         defer { relay.stop() }
         let test = try TestClient(runtimeDirectory: relay.runtimeDirectory) { $0.writeTimeout = .seconds(20) }
         defer { test.client.close() }
@@ -726,7 +734,7 @@ struct RelayTests {
         let client = test.client
         let write = Task { try await client.set("s.a", 2) }
         try await Task.sleep(for: .milliseconds(500))
-        primary = try cluster.start("primary", port: port, clients: ["relay"])
+        primary = try cluster.start("primary", clients: ["relay"])
         let written = try await write.value
         #expect(test.onQueue { map.value } == ["s.a": 2], "read-your-writes once the write completes")
         await test.wait("for the connection to be live again") { test.client.connection.value == .live }

@@ -14,6 +14,8 @@ final class DaemonNetwork {
     let zap: ZMQSocket
     /// The request socket.
     let router: ZMQSocket
+    /// The request socket's endpoints as bound (a tcp port the kernel chose, `:*`, is the one it gave).
+    let requestEndpoints: [String]
     /// The publish socket, its subscriptions and the prefixes it sequences.
     let publisher: Publisher
     /// Connections to the request and publish sockets, per peer and in all; sheds those over a limit.
@@ -54,10 +56,13 @@ final class DaemonNetwork {
             try router.setSendHighWaterMark(replyHighWaterMark)
             try router.setRouterMandatory(true)
             try router.setReceiveHighWaterMark(config.limits.pendingRequests)
+            var bound: [String] = []
             for endpoint in [config.requestEndpoint] + config.extraRequestEndpoints {
                 step = "binding the request socket to \(endpoint)"
                 try Self.bind(router, to: endpoint, configuration: config)
+                bound.append(try router.lastEndpoint)
             }
+            requestEndpoints = bound
             step = "creating the publish socket"
             publisher = try Publisher(context: context, endpoints: [config.publishEndpoint] + config.extraPublishEndpoints,
                                       highWaterMark: config.publishHighWaterMark, connections: connections) {
@@ -75,6 +80,18 @@ final class DaemonNetwork {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
         chmod(config.runtimeDirectory + "/" + WireEndpoint.requestSocketName, mode_t(config.socketMode))
+        Self.writeEndpointsFile(request: requestEndpoints, publish: publisher.endpoints, runtimeDirectory: config.runtimeDirectory)
+    }
+
+    /// The file in the runtime directory that lists the endpoints bound, one per line
+    /// (`request ENDPOINT`, `publish ENDPOINT`): how a tool learns the tcp ports the kernel chose.
+    static let endpointsFileName = "beacond.endpoints"
+
+    private static func writeEndpointsFile(request: [String], publish: [String], runtimeDirectory: String) {
+        let text = (request.map { "request \($0)" } + publish.map { "publish \($0)" }).joined(separator: "\n") + "\n"
+        let path = runtimeDirectory + "/" + endpointsFileName
+        try? text.write(toFile: path + ".new", atomically: false, encoding: .utf8)
+        rename(path + ".new", path)
     }
 
     /// Resolves `loop_cpu` and places the calling thread there, so that libzmq's I/O thread
@@ -142,5 +159,6 @@ final class DaemonNetwork {
             if lstat(path, &status) == 0 && (status.st_mode & S_IFMT) == S_IFSOCK { unlink(path) }
         }
         unlink(configuration.runtimeDirectory + "/beacond.probe")
+        unlink(configuration.runtimeDirectory + "/" + endpointsFileName)
     }
 }

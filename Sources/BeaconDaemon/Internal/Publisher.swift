@@ -10,7 +10,9 @@ import SwiftProtobuf
 /// decided by the loop; this part only carries it out. Loop thread only.
 final class Publisher {
     private let context: ZMQContext
-    private let endpoints: [String]
+    /// The endpoints bound, as libzmq reports them: a tcp port the kernel chose (`:*`) is the
+    /// port it gave, so that a reopened socket binds the same one.
+    private(set) var endpoints: [String] = []
     private let highWaterMark: Int32
     private unowned let connections: ConnectionGuard
     /// Binds the socket to one endpoint with that endpoint's security (the loop's rules).
@@ -67,12 +69,14 @@ final class Publisher {
     init(context: ZMQContext, endpoints: [String], highWaterMark: Int32, connections: ConnectionGuard,
          bind: @escaping (ZMQSocket, String) throws(ZMQError) -> Void) throws(ZMQError) {
         self.context = context
-        self.endpoints = endpoints
         self.highWaterMark = highWaterMark
         self.connections = connections
         self.bind = bind
         socket = try Self.makeSocket(context, highWaterMark: highWaterMark, connections: connections)
-        for endpoint in endpoints { try bind(socket, endpoint) }
+        for endpoint in endpoints {
+            try bind(socket, endpoint)
+            self.endpoints.append(try socket.lastEndpoint)
+        }
     }
 
     private static func makeSocket(_ context: ZMQContext, highWaterMark: Int32,
