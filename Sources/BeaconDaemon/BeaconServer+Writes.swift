@@ -50,6 +50,8 @@ extension BeaconServer {
         } catch {
             return refuse(id, error, route: route)
         }
+        // Once: each read of the optional field costs a retain and a release.
+        let writes = self.writes!
         // Ids are the writer's own: another peer's write with the same id is another write.
         let writeID = writeID.isEmpty ? writeID : context.owned(writeID)
         if !writeID.isEmpty, let revision = writes.committedRevision(ofWriteID: writeID) {

@@ -455,6 +455,8 @@ public final class BeaconServer: @unchecked Sendable {
     }
 
     private func drainRequests() {
+        // Once: each read of an optional or computed field costs a retain and a release.
+        let router = self.router, writes = self.writes!
         var count = 0
         while count < live.maxBatch {
             var received: [ZMQMessage]?

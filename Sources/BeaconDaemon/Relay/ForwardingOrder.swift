@@ -39,18 +39,20 @@ struct ForwardingOrder<Request> {
 
     /// Decides whether `request` of `connection` goes now or waits, with at most `boundBytes` of
     /// the connection's requests waiting (`handedBack`: it is one that waited, on its way back now).
-    mutating func admit(_ request: Request, of connection: RoutingID, isForwarded: Bool, bytes: Int, boundBytes: Int,
-                        handedBack: Bool = false) -> Admission {
+    /// - Parameter bytes: the request's size, asked only if it is to wait.
+    mutating func admit(_ request: Request, of connection: RoutingID, isForwarded: Bool, bytes: @autoclosure () -> Int,
+                        boundBytes: Int, handedBack: Bool = false) -> Admission {
         let inFlight = unanswered[connection] ?? 0
         let queued = !handedBack && waiting[connection] != nil
         guard inFlight > 0 || queued else { return .now }
         if !queued && isForwarded { return .now }  // writes pipeline behind writes
-        let held = (waiting[connection]?.bytes ?? 0) + bytes
+        let size = bytes()
+        let held = (waiting[connection]?.bytes ?? 0) + size
         guard held <= boundBytes else {
             drop(connection)
             return .overBound(held: held)
         }
-        waiting[connection, default: ([], 0)].requests.append(Waiting(request: request, isForwarded: isForwarded, bytes: bytes))
+        waiting[connection, default: ([], 0)].requests.append(Waiting(request: request, isForwarded: isForwarded, bytes: size))
         waiting[connection]!.bytes = held
         return .waits
     }

@@ -256,8 +256,8 @@ final class Relay: WriteAuthority {
                    host: some AuthorityHost) -> Bool {
         guard let connection = route.connection else { return false }
         let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
-        let bytes = ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0
-        switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request), bytes: bytes,
+        switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request),
+                           bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
                            boundBytes: host.perConnectionBytes, handedBack: replaying) {
         case .now:
             return false
