@@ -137,7 +137,7 @@ struct CLITests {
         let count = ProcessInfo.processInfo.environment["BEACON_SANITIZED_RUN"] == nil ? 100_000 : 10_000
         // From revision 1, the replay then live: every change is printed once, in order, however
         // many the subscriber's start overlaps (a snapshot would print the keys' current values).
-        let subscriber = Task { try await beacon(["sub", "feed.", "--from", "1", "--count", "\(count)", "--json"], runtimeDirectory: run) }
+        let subscriber = Task(executorPreference: ThreadPerJobExecutor.shared) { try await beacon(["sub", "feed.", "--from", "1", "--count", "\(count)", "--json"], runtimeDirectory: run) }
         // Wait until the subscriber follows the prefix, then publish.
         let wire = try WireClient.patient(runtimeDirectory: run)
         let deadline = ContinuousClock.now + .seconds(30)
@@ -338,7 +338,7 @@ struct CLITests {
         let run = daemon.runtimeDirectory
         _ = try await beacon(["pub"], input: "net.a 1\nnfs.b 2\nnot.c 3\n", runtimeDirectory: run)
         // Replay from revision 1, then live; only net. and nfs. changes, in revision order.
-        let subscriber = Task { try await beacon(["sub", "net.", "nfs.", "--from", "1", "--count", "4", "--json"], runtimeDirectory: run) }
+        let subscriber = Task(executorPreference: ThreadPerJobExecutor.shared) { try await beacon(["sub", "net.", "nfs.", "--from", "1", "--count", "4", "--json"], runtimeDirectory: run) }
         let wire = try WireClient.patient(runtimeDirectory: run)
         let deadline = ContinuousClock.now + .seconds(30)
         while try wire.stats().trackedPrefixes == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
@@ -478,7 +478,7 @@ struct CLITests {
         _ = try await beacon(["pub"], input: "w.a 1\nw.b 2\nw.keep 3\n", runtimeDirectory: run)
         let wire = try WireClient.patient(runtimeDirectory: run)
         let requestsBefore = try wire.stats().requests
-        let watcher = Task { try await beacon(["watch", "w.", "--json", "--count", "3"], runtimeDirectory: run) }
+        let watcher = Task(executorPreference: ThreadPerJobExecutor.shared) { try await beacon(["watch", "w.", "--json", "--count", "3"], runtimeDirectory: run) }
         // The daemon has read the watch's snapshot request (its one request; a clean stop answers
         // what it has read), beside each Stats of these polls.
         var polls: UInt64 = 0

@@ -151,7 +151,7 @@ struct ClientFaultTests {
             return (map, watcher)
         }
         let history = Recorder<UInt64>()
-        let historyTask = Task {
+        let historyTask = Task(executorPreference: ThreadPerJobExecutor.shared) {
             for try await event in test.client.history(of: "k", from: 1) {
                 if case .change(let change) = event { history.append(change.revision) }
             }
@@ -171,7 +171,7 @@ struct ClientFaultTests {
                 let key = "k\(i % 50)"
                 let value = i
                 let result = Mutex<WriteResult?>(nil)
-                Task {
+                Task(executorPreference: ThreadPerJobExecutor.shared) {
                     let written = try? await client.set(key, value)
                     result.withLock { $0 = written }
                     semaphore.signal()
@@ -263,7 +263,7 @@ struct ClientFaultTests {
         kill(daemon.process.processIdentifier, SIGSTOP)
         await test.wait("for stale") { signal.status == .stale && signal.value == 1 }
         // A write made while the daemon is frozen is retried (same write id) and lands once.
-        let pending = Task { try await test.client.set("s.key", 2) }
+        let pending = Task(executorPreference: ThreadPerJobExecutor.shared) { try await test.client.set("s.key", 2) }
         try await Task.sleep(for: .milliseconds(700))
         kill(daemon.process.processIdentifier, SIGCONT)
         let result = try await pending.value

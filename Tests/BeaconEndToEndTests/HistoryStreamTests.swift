@@ -50,7 +50,7 @@ struct HistoryStreamTests {
     @Test func aWaitingTaskIsWokenByTheNextPage() async throws {
         let feed = HistoryFeed()
         let stream = HistoryStream(feed)
-        let reader = Task { () -> [UInt64] in
+        let reader = Task(executorPreference: ThreadPerJobExecutor.shared) { () -> [UInt64] in
             var seen: [UInt64] = []
             for try await event in stream { seen.append(Self.revision(event) ?? 0) }
             return seen
@@ -69,7 +69,7 @@ struct HistoryStreamTests {
         feed.setOnCancel { told.add(1, ordering: .relaxed) }
         let stream = HistoryStream(feed)
         let seen = Atomic<Int>(0)
-        let reader = Task { () -> Int in
+        let reader = Task(executorPreference: ThreadPerJobExecutor.shared) { () -> Int in
             for try await _ in stream { seen.add(1, ordering: .relaxed) }
             return seen.load(ordering: .relaxed)
         }
@@ -142,7 +142,7 @@ struct HistoryStreamTests {
         for i in 1...3 { try await test.client.set("hs.a", i) }
         let stream = test.client.history(of: "hs.", from: 1)
         let seen = Atomic<Int>(0)
-        let reader = Task { () -> Int in
+        let reader = Task(executorPreference: ThreadPerJobExecutor.shared) { () -> Int in
             for try await _ in stream { seen.add(1, ordering: .relaxed) }
             return seen.load(ordering: .relaxed)
         }

@@ -574,7 +574,7 @@ struct RelayTests {
         // The current value, then one change.
         let wire = try WireClient.patient(runtimeDirectory: run)
         let requestsBefore = try wire.stats().requests
-        let watcher = Task { try await beacon(["watch", "cli.", "--json", "--count", "1"], runtimeDirectory: run) }
+        let watcher = Task(executorPreference: ThreadPerJobExecutor.shared) { try await beacon(["watch", "cli.", "--json", "--count", "1"], runtimeDirectory: run) }
         // The relay has read the watch's snapshot request (beside each Stats of these polls): a
         // write from now on is a change to the watch, not one of its current values.
         var polls: UInt64 = 0
@@ -732,7 +732,7 @@ struct RelayTests {
         await test.wait("for the client to see the relay stale") { test.client.connection.value == .stale }
         #expect(test.onQueue { map.value } == ["s.a": 1], "the relay's last values stay")
         let client = test.client
-        let write = Task { try await client.set("s.a", 2) }
+        let write = Task(executorPreference: ThreadPerJobExecutor.shared) { try await client.set("s.a", 2) }
         try await Task.sleep(for: .milliseconds(500))
         primary = try cluster.start("primary", clients: ["relay"])
         let written = try await write.value
