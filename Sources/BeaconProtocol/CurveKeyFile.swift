@@ -59,16 +59,19 @@ public struct CurveKeyFile: Sendable, Equatable {
 /// The comment rule of Beacon's `name = value` files.
 public enum ConfigurationLine {
     /// The line without its comment, trimmed. A comment starts at a `#` at the start of the line
-    /// or after white space: Z85 keys contain `#` but never spaces.
+    /// or after white space, but not as the first character of a value (`name = #…`): Z85 keys
+    /// contain `#`, may start with one, and never hold a space.
     public static func strippingComment(_ line: String) -> String {
         var previous: Character = " "
+        var lastOther: Character?  // the last character before `index` that is not white space
         var end = line.endIndex
         for index in line.indices {
-            if line[index] == "#" && (previous == " " || previous == "\t") {
+            if line[index] == "#" && (previous == " " || previous == "\t") && lastOther != "=" {
                 end = index
                 break
             }
             previous = line[index]
+            if previous != " " && previous != "\t" { lastOther = previous }
         }
         return line[..<end].trimmingCharacters(in: .whitespaces)
     }
