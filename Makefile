@@ -1,14 +1,17 @@
 # Beacon — entry points for people, CI and tools. `make help` lists them.
 SHELL := /bin/bash
 SWIFT ?= swift
+# Debian's Python, which has the packages below (python3-zmq, python3-protobuf, python3-pytest).
+PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
 DESTDIR ?=
 RUN_DIR ?= $(CURDIR)/.run
-# The C libraries; protoc and Python's zmq and protobuf for the interoperability test; strace and
+# The C libraries; protoc, Python's zmq and protobuf and pytest for the interoperability test and
+# the Python client; strace and
 # faketime for the tests of the unit's system calls and of wall-clock steps.
-APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf strace faketime sqlite3 passwd util-linux iproute2
+APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf python3-pytest strace faketime sqlite3 passwd util-linux iproute2
 
-.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -29,10 +32,11 @@ help:
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"
 	@echo "make bench-relay   latency per relay hop; fan-out through relays vs all on the primary"
+	@echo "make bench-python  the Python client's mirror: updates/s and write → callback latency vs raw pyzmq"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
 	@echo "make install       install binaries, unit, config, man pages, completions (PREFIX, DESTDIR honoured)"
-	@echo "make proto         regenerate Swift code from proto/*.proto"
+	@echo "make proto         regenerate the Swift and Python code from proto/*.proto"
 
 # Installs the C libraries from Debian when they are missing (needs root or sudo).
 deps:
@@ -57,9 +61,11 @@ run: deps
 	$(SWIFT) build --product beacon-example
 	@scripts/run-demo.sh "$$($(SWIFT) build --show-bin-path)" "$(RUN_DIR)"
 
+# The Swift suite, then the Python client's against the same build's daemons.
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --parallel --num-workers 2
+	BEACON_BIN_DIR="$$($(SWIFT) build --show-bin-path)" $(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
 
 # The whole suite built with ThreadSanitizer in its own build folder; a race in the test process
 # or in a beacond it starts stops that process with an error. One test at a time: instrumented
@@ -88,7 +94,7 @@ soak-follower: deps
 soak-pub: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" pub-restarts
 
-bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay
+bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python
 
 # The reactive core's benchmark is a package of its own (Benchmarks/), with OpenCombine.
 bench-core:
@@ -129,6 +135,10 @@ bench-compaction: release
 # arrives; fails if anything such an answer said is gone after the restart.
 bench-crash: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" crash-replies
+
+# The Python client: updates/s into one mirror and write → callback latency, beside raw pyzmq.
+bench-python: release
+	$(PYTHON) clients/python/bench_mirror.py "$$($(SWIFT) build -c release --show-bin-path)"
 
 # A primary and two relays on loopback tcp: the latency each hop adds beside a raw libzmq tcp
 # hop and a commit, and fan-out through the relays against every subscriber on the primary.

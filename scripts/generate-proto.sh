@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates Sources/BeaconProtocol/Generated/*.pb.swift from proto/*.proto.
+# Regenerates Sources/BeaconProtocol/Generated/*.pb.swift and the Python client's
+# clients/python/beacon_signals/beacon_pb2.py from proto/*.proto.
 # Needs protoc (Debian: protobuf-compiler) and protoc-gen-swift built from the same
 # swift-protobuf version as Package.swift names (building it takes a few minutes, once).
 set -euo pipefail
@@ -22,3 +23,5 @@ mkdir -p "$out"
 protoc --plugin=protoc-gen-swift="$plugin" --swift_out="$out" \
   --swift_opt=Visibility=Public --swift_opt=FileNaming=DropPath -I proto proto/*.proto
 echo "generated into $out"
+protoc --python_out=clients/python/beacon_signals -I proto proto/beacon.proto
+echo "generated clients/python/beacon_signals/beacon_pb2.py"

@@ -1,0 +1,534 @@
+"""Mirrors: a local, read-only copy of one or more prefixes, kept by the rules of PROTOCOL.md §6,
+that changes only by whole revisions."""
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from . import beacon_pb2 as pb
+from .cache import MirrorCache
+from .client import Client, Entry, Event, Resync
+from .errors import BeaconError, Refused, Unavailable
+from .follower import PrefixFollower
+from .values import from_wire
+
+CONNECTING, SYNCING, LIVE, STALE = "connecting", "syncing", "live", "stale"
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one revision changed in a mirror: each key's new :class:`Entry`, or None where it
+    was deleted. ``resync``: the mirror took the daemon's state anew (its first sync, a new
+    journal, history compacted away) and this is the difference, all at once."""
+
+    revision: int
+    changes: dict
+    resync: bool = False
+    events: tuple = field(default=(), repr=False)
+
+
+@dataclass
+class _Pending:
+    """A revision collected by the followers of the prefixes it touched, waiting to be whole."""
+
+    events: dict = field(default_factory=dict)  # (revision, part) -> pb.Event
+    snapshots: list = field(default_factory=list)  # [(prefix, {key: Entry})] taken at this revision
+
+
+def _entry(key, event):
+    change = event.change
+    if change.kind != pb.Change.PUT:
+        return None
+    return Entry(key, from_wire(change.value), change.version, change.create_revision, event.revision,
+                 change.expires_at_ms, event.timestamp_ms)
+
+
+class Mirror:
+    """A read-only copy of the keys under `prefixes`, following the daemon live.
+
+    It subscribes, takes a snapshot (or, with a ``cache`` file that holds an earlier copy, only
+    the changes since), repairs every gap it detects from the journal, and applies each revision
+    only once it is whole for every prefix it touched: a transaction written elsewhere is never
+    seen in part. ``on_change`` callbacks get one :class:`Update` per revision, in order, on the
+    mirror's delivery thread, or on ``loop`` (an asyncio event loop) when one is given.
+
+    ``get``, ``view`` and ``revision`` read the state as of the last revision applied.
+    ``status`` is ``"connecting"`` (no state yet), ``"syncing"`` (repairing), ``"live"`` or
+    ``"stale"`` (the daemon has not been heard from for three heartbeat intervals).
+
+    A gap is repaired with the changes since, or — when they outnumber the keys — with the
+    state anew (an :class:`Update` with ``resync``); with ``every_revision`` always with the
+    changes, so that every revision is delivered (history needs that; a mirror seldom does).
+    """
+
+    def __init__(self, client, prefixes, *, on_change=None, loop=None, cache=None, receive_hwm=1000, bundles=True,
+                 every_revision=False, start=True):
+        if isinstance(prefixes, str):
+            prefixes = [prefixes]
+        self._prefixes = list(dict.fromkeys(prefixes))
+        self._requests = Client(context=client._context, endpoint=client.endpoints.request,
+                                pub_endpoint=client.endpoints.publish, timeout=client.timeout,
+                                write_timeout=client.write_timeout)
+        self._requests.endpoints = client.endpoints  # the same daemon, the same credentials
+        self._context = client._context
+        self._receive_hwm = receive_hwm
+        self._want_bundles = bundles
+        self._every_revision = every_revision
+        self._loop = loop
+        self._callbacks = [on_change] if on_change else []
+        self._cache = MirrorCache(cache, self._prefixes) if cache else None
+        self._followers = {prefix: PrefixFollower(prefix) for prefix in self._prefixes}
+        self._pending = {}  # revision -> _Pending
+        self._pending_epoch = None
+        self._lock = threading.Condition()
+        self._state = {}
+        self._revision = 0
+        self._epoch = None
+        self._status = CONNECTING
+        self._last_heard = time.monotonic()
+        self._heartbeat_interval = 1.0
+        self._deliveries = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._error = None
+        #: What the mirror did, for tests and diagnostics.
+        self.counters = {"snapshots": 0, "deltas": 0, "repairs": 0, "resyncs": 0, "revisions": 0}
+        self._thread = threading.Thread(target=self._run, name="beacon-mirror", daemon=True)
+        self._delivery_thread = threading.Thread(target=self._deliver, name="beacon-mirror-delivery", daemon=True)
+        if start:
+            self.start()
+
+    # -- public
+
+    def start(self):
+        self._thread.start()
+        if self._loop is None:
+            self._delivery_thread.start()
+
+    def close(self):
+        """Stops following; the state read so far stays readable."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._deliveries.put(None)
+        if self._delivery_thread.is_alive():
+            self._delivery_thread.join()
+        self._requests.close()
+        if self._cache:
+            self._cache.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def on_change(self, callback):
+        """Adds a callback for each :class:`Update` from now on; returns it (usable as a decorator)."""
+        self._callbacks.append(callback)
+        return callback
+
+    @property
+    def revision(self):
+        """The revision the mirror's state is complete through."""
+        with self._lock:
+            return self._revision
+
+    @property
+    def status(self):
+        with self._lock:
+            if self._status == LIVE and time.monotonic() - self._last_heard > 3 * self._heartbeat_interval:
+                return STALE
+            return self._status
+
+    def get(self, key, default=None):
+        """The key's :class:`Entry` in the mirror, or `default`."""
+        with self._lock:
+            return self._state.get(key, default)
+
+    def view(self):
+        """``(revision, {key: Entry})``: a copy of the whole state at one revision."""
+        with self._lock:
+            return self._revision, dict(self._state)
+
+    def wait_until(self, revision, timeout=10.0):
+        """Waits until the mirror is complete through `revision` (a write's, to read it back);
+        False if `timeout` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._revision < revision:
+                if self._error is not None:
+                    raise self._error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.1))
+            return True
+
+    def wait_synced(self, timeout=10.0):
+        """Waits for the first state; False if `timeout` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._status == CONNECTING:
+                if self._error is not None:
+                    raise self._error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.1))
+            return True
+
+    # -- the I/O thread
+
+    def _run(self):
+        socket = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    socket = self._open(socket)
+                    self._follow(socket)
+                except Unavailable:
+                    self._set_status(SYNCING if self._status != CONNECTING else CONNECTING)
+                    self._stop.wait(0.1)  # the daemon is away: try again
+        except BaseException as error:  # anything else is a bug: say so to whoever waits
+            with self._lock:
+                self._error = error if isinstance(error, BeaconError) else BeaconError(f"the mirror stopped: {error!r}")
+                self._lock.notify_all()
+            raise
+        finally:
+            if socket is not None:
+                socket.close(linger=0)
+
+    def _open(self, socket):
+        if socket is not None:
+            return socket
+        ping = self._requests.ping()
+        self._heartbeat_interval = max(ping.heartbeat_interval_ms, 10) / 1000
+        bundles = self._want_bundles and ping.bundles
+        socket = self._context.socket(zmq.SUB)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.RCVHWM, self._receive_hwm)
+        curve = self._requests.endpoints.curve
+        if curve and self._requests.endpoints.publish.startswith("tcp://"):
+            socket.curve_serverkey = curve.server_key.encode()
+            socket.curve_publickey = curve.public_key.encode()
+            socket.curve_secretkey = curve.secret_key.encode()
+        socket.setsockopt(zmq.SUBSCRIBE, b"!")
+        for prefix in self._prefixes:
+            socket.setsockopt(zmq.SUBSCRIBE, f"#{prefix}#".encode() if bundles else prefix.encode())
+        socket.connect(self._requests.endpoints.publish)
+        # Resume from the cache's copy (a delta), or take the state anew (snapshots).
+        if self._cache and self._epoch is None:
+            cached = self._cache.load()
+            if cached is not None:
+                epoch, revision, state = cached
+                with self._lock:
+                    self._epoch, self._revision, self._state = epoch, revision, state
+                for follower in self._followers.values():
+                    follower.synced(epoch, revision)
+                    follower.needs = "repair"
+        return socket
+
+    def _follow(self, socket):
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        while not self._stop.is_set():
+            self._catch_up()
+            if dict(poller.poll(100)).get(socket):
+                for _ in range(1000):  # a run of messages, then the followers' needs again
+                    try:
+                        topic, body = socket.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._take(topic, body)
+                    if any(follower.needs for follower in self._followers.values()):
+                        break
+            self._release()
+
+    def _take(self, topic, body):
+        self._last_heard = time.monotonic()
+        if topic.startswith(b"!h"):
+            heartbeat = pb.Heartbeat()
+            heartbeat.ParseFromString(body)
+            self._heartbeat_interval = max(heartbeat.interval_ms, 10) / 1000
+            for follower in self._followers.values():
+                follower.on_heartbeat(heartbeat)
+        elif topic.startswith(b"!c"):
+            marker = pb.CommitMarker()
+            marker.ParseFromString(body)
+            for follower in self._followers.values():
+                follower.on_marker(marker)
+        elif topic.startswith(b"#"):
+            bundle = pb.Bundle()
+            bundle.ParseFromString(body)
+            for diff in bundle.diffs:
+                self._take_diff(diff)
+        elif not topic.startswith(b"!"):
+            diff = pb.Diff()
+            diff.ParseFromString(body)
+            self._take_diff(diff)
+
+    def _take_diff(self, diff):
+        key = diff.event.change.key
+        for prefix, follower in self._followers.items():
+            if key.startswith(prefix):
+                events = follower.on_diff(diff)
+                if events:
+                    self._collect(events)
+
+    def _collect(self, events):
+        pending = self._pending.setdefault(events[0].revision, _Pending())
+        for event in events:
+            pending.events[(event.revision, event.part)] = event
+
+    def _catch_up(self):
+        """Does what the followers need: a delta from where one stopped, or a snapshot."""
+        for prefix, follower in self._followers.items():
+            if follower.needs is None:
+                continue
+            if self._status == LIVE:
+                self._set_status(SYNCING)
+            if follower.needs == "repair" and follower.through is not None:
+                self.counters["repairs"] += 1
+                self._repair(follower)
+            else:
+                self._resync(prefix, follower)
+        if all(follower.needs is None for follower in self._followers.values()) and self._status == SYNCING:
+            self._set_status(LIVE)
+
+    def _repair(self, follower):
+        while follower.needs == "repair":
+            try:
+                reply = self._requests.call(delta=pb.Delta(prefix=follower.prefix, since_revision=follower.through,
+                                                           snapshot_if_smaller=not self._every_revision))
+            except Refused as refused:
+                if refused.code in ("COMPACTED", "FUTURE_REVISION"):
+                    follower.needs = "resync"
+                    return
+                raise
+            self.counters["deltas"] += 1
+            if reply.WhichOneof("result") == "snapshot":
+                self._take_snapshot(follower, reply.snapshot)
+                return
+            events = reply.events
+            if events.epoch != follower.epoch:
+                follower.needs = "resync"
+                return
+            revision_events = []
+            for event in events.events:
+                if revision_events and revision_events[0].revision != event.revision:
+                    self._collect(revision_events)
+                    revision_events = []
+                revision_events.append(event)
+            if revision_events:
+                self._collect(revision_events)
+            follower.synced(follower.epoch, max(follower.through, events.revision))
+            if events.more:
+                follower.needs = "repair"
+
+    def _resync(self, prefix, follower):
+        self.counters["resyncs"] += 1
+        reply = self._requests.call(snapshot=pb.Snapshot(prefix=prefix))
+        snapshot = reply.snapshot
+        kvs = list(snapshot.kvs)
+        while snapshot.more:  # a paged snapshot: the rest at the same revision
+            snapshot = self._requests.call(snapshot=pb.Snapshot(prefix=prefix, revision=snapshot.revision,
+                                                                start_after=kvs[-1].key)).snapshot
+            kvs.extend(snapshot.kvs)
+        snapshot.ClearField("kvs")
+        snapshot.kvs.extend(kvs)
+        self._take_snapshot(follower, snapshot)
+
+    def _take_snapshot(self, follower, snapshot):
+        self.counters["snapshots"] += 1
+        if self._pending_epoch != snapshot.epoch:
+            self._pending.clear()  # another journal: nothing collected from the old one stands
+            self._pending_epoch = snapshot.epoch
+        state = {kv.key: Entry.from_wire(kv) for kv in snapshot.kvs}
+        self._pending.setdefault(snapshot.revision, _Pending()).snapshots.append((follower.prefix, state))
+        follower.synced(snapshot.epoch, snapshot.revision)
+        with self._lock:
+            if self._epoch is not None and self._epoch != snapshot.epoch:
+                self._revision = 0  # another journal's revisions start again
+            self._epoch = snapshot.epoch
+
+    # -- releasing whole revisions
+
+    def _release(self):
+        """Applies, in order, every revision every follower is complete through. A prefix taken
+        anew from a snapshot at S stands for its parts of the revisions up to S: those are held
+        and applied with the snapshot, as one update, once every follower is through S."""
+        throughs = [follower.through for follower in self._followers.values()]
+        if any(through is None for through in throughs):
+            return  # not every prefix has its first state yet
+        floor = min(throughs)
+        updates = []
+        limit = floor
+        while True:
+            ready = sorted(revision for revision in self._pending if revision <= floor)
+            snapshot = next((revision for revision in sorted(self._pending)
+                             if self._pending[revision].snapshots and ready and revision >= ready[0]), None)
+            if snapshot is None:
+                updates += [self._apply(revision, self._pending.pop(revision)) for revision in ready]
+                break
+            if snapshot > floor:
+                if ready:
+                    limit = ready[0] - 1  # held with the snapshot: the mirror is not through them yet
+                break
+            merged = _Pending()
+            for revision in [revision for revision in ready if revision <= snapshot]:
+                pending = self._pending.pop(revision)
+                merged.events.update(pending.events)
+                merged.snapshots += pending.snapshots
+            updates.append(self._apply(snapshot, merged))
+        self._advance_to(limit, updates)
+
+    def _apply(self, revision, pending):
+        changes = {}
+        events = [pending.events[position] for position in sorted(pending.events)]
+        with self._lock:
+            for event in events:
+                key = event.change.key
+                entry = _entry(key, event)
+                changes[key] = entry
+                if entry is None:
+                    self._state.pop(key, None)
+                else:
+                    self._state[key] = entry
+            for prefix, state in pending.snapshots:
+                for key in [key for key in self._state if key.startswith(prefix) and key not in state]:
+                    del self._state[key]
+                    changes[key] = None
+                for key, entry in state.items():
+                    if self._state.get(key) != entry:
+                        self._state[key] = entry
+                        changes[key] = entry
+        self.counters["revisions"] += 1
+        return Update(revision, changes, resync=bool(pending.snapshots),
+                      events=tuple(Event.from_wire(event) for event in events))
+
+    def _advance_to(self, floor, updates):
+        with self._lock:
+            first = self._status == CONNECTING
+            advanced = floor > self._revision
+            self._revision = max(self._revision, floor)
+            if first:
+                self._status = LIVE if all(f.needs is None for f in self._followers.values()) else SYNCING
+            if advanced or updates or first:
+                self._lock.notify_all()
+            revision, epoch = self._revision, self._epoch
+            state = dict(self._state) if self._cache and (updates or first) else None
+        if state is not None:
+            self._cache.save(epoch, revision, state)
+        for update in updates:
+            if not (update.changes or update.resync):
+                continue
+            if self._loop is None:
+                self._deliveries.put(update)
+            else:
+                self._loop.call_soon_threadsafe(self._call, update)
+
+    def _set_status(self, status):
+        with self._lock:
+            self._status = status
+            self._lock.notify_all()
+
+    # -- delivery
+
+    def _call(self, update):
+        for callback in list(self._callbacks):
+            callback(update)
+
+    def _deliver(self):
+        while True:
+            update = self._deliveries.get()
+            if update is None:
+                return
+            self._call(update)
+
+
+class History:
+    """A prefix's history from a revision, then live: :class:`Event`s, and a :class:`Resync`
+    where it cannot go on from where it was (history compacted away, another journal).
+
+    An iterator (``for event in History(...)``) and an async iterator (``async for``)."""
+
+    def __init__(self, client, prefix, from_revision=0, receive_hwm=1000):
+        self._client = client
+        self._receive_hwm = receive_hwm
+        self._prefix = prefix
+        self._from = from_revision
+        self._queue = queue.SimpleQueue()
+        self._mirror = None
+
+    def _replay(self):
+        """Replays the pages kept; returns the revision to follow from and its epoch."""
+        start = self._from
+        epoch = self._client.ping().epoch
+        while True:
+            try:
+                events, through, more = self._client.history_page(self._prefix, start)
+            except Refused as refused:
+                if refused.code != "COMPACTED":
+                    raise
+                yield None  # compacted away: resync from a snapshot
+                return
+            yield from events
+            start = through + 1
+            if not more:
+                self._through = (epoch, through)
+                return
+
+    def _follow(self):
+        epoch, through = self._through
+        mirror = Mirror(self._client, [self._prefix], start=False, every_revision=True, receive_hwm=self._receive_hwm)
+        for follower in mirror._followers.values():
+            follower.synced(epoch, through)
+            follower.needs = "repair"
+        with mirror._lock:
+            mirror._epoch, mirror._revision = epoch, through
+        mirror.on_change(self._queue.put)
+        self._mirror = mirror
+        mirror.start()
+
+    def __iter__(self):
+        self._through = None
+        for item in self._replay():
+            if item is None:
+                snapshot = self._client.call(snapshot=pb.Snapshot(prefix=self._prefix)).snapshot
+                yield Resync(snapshot.revision, snapshot.epoch, {kv.key: Entry.from_wire(kv) for kv in snapshot.kvs})
+                self._through = (snapshot.epoch, snapshot.revision)
+                break
+            yield item
+        self._follow()
+        try:
+            while True:
+                update = self._queue.get()
+                if update.resync:
+                    _, state = self._mirror.view()
+                    yield Resync(update.revision, self._mirror._epoch,
+                                 {key: entry for key, entry in state.items() if key.startswith(self._prefix)})
+                else:
+                    yield from update.events
+        finally:
+            self._mirror.close()
+
+    def close(self):
+        if self._mirror:
+            self._mirror.close()
+
+    def __aiter__(self):
+        import asyncio
+        iterator = iter(self)
+        loop = asyncio.get_running_loop()
+
+        async def generate():
+            while True:
+                item = await loop.run_in_executor(None, next, iterator, StopIteration)
+                if item is StopIteration:
+                    return
+                yield item
+
+        return generate()

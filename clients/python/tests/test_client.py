@@ -1,0 +1,187 @@
+"""Reads, writes and refusals against a real beacond."""
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from beacon_signals import Client, ConfigurationError, Refused, Unavailable
+from beacon_signals.endpoints import resolve
+
+from conftest import BIN_DIR, wait_for
+
+
+def test_writes_reads_and_versions(daemon):
+    client = daemon.client()
+    first = client.set("app.mode", "auto")
+    assert first.version == 1 and not first.replayed
+    second = client.set("app.mode", "manual", if_version=1)
+    assert second.revision == first.revision + 1 and second.version == 2
+    entry = client.get("app.mode")
+    assert (entry.value, entry.version, entry.create_revision, entry.mod_revision) == ("manual", 2, first.revision, second.revision)
+    assert entry.mod_time_ms > 0
+    assert client.get("app.none") is None
+    assert client.list("app.") == {"app.mode": entry}
+    deleted = client.delete("app.mode", if_version=2)
+    assert deleted.versions == (0,)
+    assert client.get("app.mode") is None
+
+
+def test_refusals_carry_the_protocols_code_and_details(daemon):
+    client = daemon.client()
+    client.set("cas.k", 1)
+    with pytest.raises(Refused) as conflict:
+        client.set("cas.k", 2, if_version=5)
+    assert conflict.value.code == "VERSION_CONFLICT" and conflict.value.current_version == 1 and conflict.value.key == "cas.k"
+    with pytest.raises(Refused) as exists:
+        client.set("cas.k", 2, create_only=True)
+    assert exists.value.code == "ALREADY_EXISTS"
+    with pytest.raises(Refused) as bad:
+        client.set("bad key", 1)
+    assert bad.value.code == "INVALID_KEY" and not bad.value.retryable
+    with pytest.raises(Refused) as missing:
+        client.delete("cas.none")
+    assert missing.value.code == "NOT_FOUND"
+    txn = client.transaction().set("cas.a", 1).set("cas.k", 9, if_version=7)
+    with pytest.raises(Refused) as failed:
+        txn.commit()
+    assert failed.value.code == "VERSION_CONFLICT" and failed.value.op_index == 1
+    assert client.get("cas.a") is None, "nothing of a refused transaction applies"
+
+
+def test_a_transaction_is_one_revision_and_a_batch_answers_each_request(daemon):
+    client = daemon.client()
+    with client.transaction() as txn:
+        txn.set("t.a", 1).set("t.b", [1, 2]).set("t.c", None)
+    assert txn.result.versions == (1, 1, 1)
+    assert {entry.mod_revision for entry in client.list("t.").values()} == {txn.result.revision}
+    outcomes = client.batch().set("t.d", 4).get("t.a").get("t.none").delete("t.none").send()
+    assert outcomes[0].version == 1 and outcomes[0].revision == txn.result.revision + 1
+    assert outcomes[1].value == 1 and outcomes[2] is None
+    assert isinstance(outcomes[3], Refused) and outcomes[3].code == "NOT_FOUND"
+    assert client.list("t.", keys_only=True) == ["t.a", "t.b", "t.c", "t.d"]
+
+
+def test_ttls_and_sessions(daemon):
+    client = daemon.client()
+    result = client.set("s.ttl", 1, ttl_ms=60_000)
+    assert client.get("s.ttl").expires_at_ms > time.time() * 1000
+    client.set("s.bound", 1, session="writer-1")
+    keys, ends_at = client.keep_alive("writer-1", 5000)
+    assert keys == 1 and ends_at > time.time() * 1000
+    client.end_session("writer-1")
+    assert client.get("s.bound") is None, "an ended session's keys are gone"
+    assert result.revision > 0
+
+
+def test_history_pages_through_every_change(daemon):
+    client = daemon.client()
+    for start in range(0, 2500, 250):  # more than one page of history
+        batch = client.batch()
+        for index in range(start, start + 250):
+            batch.set(f"h.k{index % 7}", index)
+        assert all(not isinstance(outcome, Exception) for outcome in batch.send())
+    writes = [client.set("h.x", index).revision for index in range(30)]
+    assert [event.value for event in client.history("h.k")] == list(range(2500))
+    events = list(client.history("h.x", exact=True))
+    assert [event.revision for event in events] == writes
+    assert [event.value for event in events] == list(range(30))
+    later = list(client.history("h.x", from_revision=writes[10]))
+    assert [event.revision for event in later] == writes[10:]
+
+
+def test_a_write_the_daemon_does_not_answer_is_sent_again_and_applied_once(daemon):
+    client = daemon.client(timeout=0.3, write_timeout=30.0)
+    client.set("w.k", 0)
+    daemon.pause()  # the write is read only once the daemon runs again, after the client gave up on a connection
+    outcome = {}
+    writer = threading.Thread(target=lambda: outcome.update(result=client.set("w.k", 1)))
+    writer.start()
+    wait_for(lambda: client.resends >= 2, what="the client to send the write again")  # on new connections
+    daemon.resume()
+    writer.join(30)
+    assert not writer.is_alive()
+    result = outcome["result"]
+    history = list(daemon.client().history("w.k", exact=True))
+    assert [event.value for event in history] == [0, 1], "applied exactly once"
+    assert result.revision == history[-1].revision
+
+
+def test_no_daemon_is_unavailable_quickly(tmp_path):
+    client = Client(str(tmp_path), timeout=0.2, write_timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(Unavailable):
+        client.get("k")
+    with pytest.raises(Unavailable):
+        client.set("k", 1)
+    assert time.monotonic() - started < 5
+
+
+def test_endpoints_are_found_as_the_command_line_tool_finds_them(tmp_path):
+    environ = {"BEACON_RUNTIME_DIR": str(tmp_path)}
+    assert resolve(environ=environ).request == f"ipc://{tmp_path}/beacon.req"
+    environ = {"BEACON_ENDPOINT": "tcp://127.0.0.1:7401", "BEACON_PUB_ENDPOINT": "tcp://127.0.0.1:7402"}
+    endpoints = resolve(environ=environ)
+    assert (endpoints.request, endpoints.publish) == ("tcp://127.0.0.1:7401", "tcp://127.0.0.1:7402")
+    with pytest.raises(ConfigurationError):
+        resolve(endpoint="http://x")
+    with pytest.raises(ConfigurationError):
+        resolve(environ={"BEACON_SERVER_KEY": "x" * 40})
+
+
+def test_curve_over_tcp_with_a_listed_key(make_daemon, tmp_path):
+    beacon = os.path.join(BIN_DIR, "beacon")
+    for name in ("server", "client"):
+        subprocess.run([beacon, "keygen", str(tmp_path / name)], check=True, capture_output=True)
+    public = {}
+    for name in ("server", "client"):
+        for line in open(tmp_path / f"{name}.key"):
+            if line.startswith("public"):
+                public[name] = line.split("=", 1)[1].strip()
+    daemon = make_daemon(config="\n".join([
+        "request_endpoint = tcp://127.0.0.1:*", "publish_endpoint = tcp://127.0.0.1:*",
+        f"curve_secret_key_file = {tmp_path / 'server.key'}",
+        f"allow = uid:{os.getuid()} read=* write=*", f"allow = key:{public['client']} read=c. write=c.",
+    ]))
+    bound = dict(line.split(" ", 1) for line in open(os.path.join(daemon.runtime_dir, "beacond.endpoints")).read().split("\n")
+                 if line.startswith(("request tcp", "publish tcp")))
+    client = Client(endpoint=bound["request"], pub_endpoint=bound["publish"], server_key=public["server"],
+                    key_file=str(tmp_path / "client.key"), timeout=10)
+    assert client.set("c.k", 1).version == 1
+    with pytest.raises(Refused) as denied:
+        client.set("d.k", 1)
+    assert denied.value.code == "PERMISSION_DENIED"
+
+
+def test_values_written_by_the_cli_read_back_here_and_the_other_way(daemon):
+    beacon = [os.path.join(BIN_DIR, "beacon"), "--runtime-dir", daemon.runtime_dir]
+    client = daemon.client()
+    cases = {"v.int": ("42", 42), "v.double": ("42.0", 42.0), "v.string": ('"42"', "42"), "v.null": ("null", None),
+             "v.bool": ("true", True), "v.list": ('[1, 2.5, "x", null]', [1, 2.5, "x", None]),
+             "v.map": ('{"a": {"b": [false]}}', {"a": {"b": [False]}})}
+    for key, (text, value) in cases.items():
+        subprocess.run(beacon + ["set", key, text], check=True, capture_output=True)
+        got = client.get(key).value
+        assert got == value and type(got) is type(value), key
+    subprocess.run(beacon + ["set", "v.bytes", "AAH/", "--type", "bytes"], check=True, capture_output=True)
+    assert client.get("v.bytes").value == b"\x00\x01\xff"
+    written = {"p.int": 7, "p.double": 7.0, "p.bytes": b"\x00\xfe", "p.nested": {"l": [1, 1.5, None, b"b", "s"]}}
+    for key, value in written.items():
+        client.set(key, value)
+    lines = subprocess.run(beacon + ["ls", "p.", "--json"], check=True, capture_output=True, text=True).stdout.splitlines()
+    printed = {row["key"]: row["value"] for row in map(json.loads, lines)}
+    assert printed["p.int"] == 7 and isinstance(printed["p.int"], int)
+    assert printed["p.double"] == 7.0 and isinstance(printed["p.double"], float)
+    assert printed["p.bytes"] == {"$bytes": "AP4="}
+    assert printed["p.nested"] == {"l": [1, 1.5, None, {"$bytes": "Yg=="}, "s"]}
+
+
+def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path):
+    from beacon_signals.endpoints import read_key_file
+    key = "a#b" + "c" * 37
+    path = tmp_path / "k.key"
+    path.write_text(f"# a comment\npublic = {key}   # the public key\nsecret = {'#' * 40}\n")
+    assert read_key_file(str(path)) == {"public": key, "secret": "#" * 40}

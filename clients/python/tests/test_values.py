@@ -1,0 +1,50 @@
+"""Every Beacon type both ways, and what is refused instead of converted."""
+
+import math
+
+import pytest
+
+from beacon_signals import from_wire, to_wire
+from beacon_signals import beacon_pb2 as pb
+
+VALUES = [
+    None, True, False, 0, -1, (1 << 63) - 1, -(1 << 63), 0.0, -0.0, 1.0, 1e300, float("inf"), float("-inf"),
+    "", "text", "ünï©ødé ✓", b"", b"\x00\xff", [], [1, 1.0, "1", b"1", None, [True]], {}, {"a": {"b": [1, {"c": None}]}},
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_every_type_round_trips_and_keeps_its_kind(value):
+    wire = to_wire(value)
+    back = from_wire(pb.Value.FromString(wire.SerializeToString()))
+    assert back == value
+    assert type(back) is type(value)
+    if isinstance(value, float):
+        assert math.copysign(1, back) == math.copysign(1, value)
+
+
+def test_nan_round_trips():
+    assert math.isnan(from_wire(to_wire(float("nan"))))
+
+
+def test_ints_and_floats_stay_apart_inside_lists_and_maps():
+    back = from_wire(to_wire({"i": [1], "f": [1.0]}))
+    assert type(back["i"][0]) is int and type(back["f"][0]) is float
+
+
+def test_tuples_and_bytearrays_are_written_as_lists_and_bytes():
+    assert from_wire(to_wire((1, bytearray(b"ab")))) == [1, b"ab"]
+
+
+@pytest.mark.parametrize("value, error", [
+    (1 << 63, ValueError), (-(1 << 63) - 1, ValueError), ({1: "a"}, TypeError), ({"a": {2: 1}}, TypeError),
+    ({1, 2}, TypeError), (object(), TypeError), (1j, TypeError),
+])
+def test_what_does_not_fit_is_refused_not_converted(value, error):
+    with pytest.raises(error):
+        to_wire(value)
+
+
+def test_a_value_with_no_kind_is_refused():
+    with pytest.raises(ValueError):
+        from_wire(pb.Value())
