@@ -506,6 +506,8 @@ class History:
         try:
             while True:
                 update = self._queue.get()
+                if update is None:  # closed
+                    return
                 if update.resync:
                     _, state = self._mirror.view()
                     yield Resync(update.revision, self._mirror._epoch,
@@ -516,6 +518,8 @@ class History:
             self._mirror.close()
 
     def close(self):
+        """Ends the iteration (a loop waiting for the next event returns) and stops following."""
+        self._queue.put(None)
         if self._mirror:
             self._mirror.close()
 

@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 from beacon_signals import Client, ConfigurationError, Refused, Unavailable
 from beacon_signals.endpoints import resolve
 
-from conftest import BIN_DIR, wait_for
+from conftest import BIN_DIR, REPO as HERE_REPO, wait_for
 
 
 def test_writes_reads_and_versions(daemon):
@@ -185,3 +186,15 @@ def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path):
     path = tmp_path / "k.key"
     path.write_text(f"# a comment\npublic = {key}   # the public key\nsecret = {'#' * 40}\n")
     assert read_key_file(str(path)) == {"public": key, "secret": "#" * 40}
+
+
+def test_the_example_in_the_docs_runs_as_written(daemon):
+    with open(os.path.join(HERE_REPO, "docs", "PYTHON.md"), encoding="utf-8") as file:
+        text = file.read()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    environment = dict(os.environ, BEACON_RUNTIME_DIR=daemon.runtime_dir,
+                       PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run([sys.executable, "-c", example], env=environment, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "online" in lines and any("'net.wifi.ssid': 'lab'" in line and "'app.mode': 'online'" in line for line in lines), lines

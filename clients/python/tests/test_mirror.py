@@ -282,3 +282,29 @@ def test_bundles_or_diffs_alike(daemon, bundles):
         assert mirror.wait_until(last.revision, 30)
         last_of_each = {f"u.{index % 9}": index for index in range(500)}
         assert {key: entry.value for key, entry in mirror.view()[1].items()} == last_of_each
+
+
+def test_a_followed_history_replays_then_goes_live_as_an_iterator_and_an_async_iterator(daemon):
+    from beacon_signals import History
+    client = daemon.client()
+    written = [client.set("f.k", index).revision for index in range(3)]
+    history = History(client, "f.", from_revision=written[1])
+    seen = []
+    for event in history:
+        seen.append((event.revision, event.value))
+        if len(seen) == 2:
+            written.append(client.set("f.k", 3).revision)  # live, after the replay
+        if len(seen) == 3:
+            history.close()
+    assert seen == [(written[1], 1), (written[2], 2), (written[3], 3)]
+
+    async def follow():
+        streamed = History(client, "f.", from_revision=written[0])
+        values = []
+        async for event in streamed:
+            values.append(event.value)
+            if len(values) == 4:
+                streamed.close()
+        return values
+
+    assert asyncio.run(follow()) == [0, 1, 2, 3]
