@@ -122,8 +122,20 @@ struct BundleTests {
         try counter.connect(daemon.configuration.publishEndpoint)
         try counter.subscribe(Array(WireTopic.bundle(of: "big.").utf8))
         for client in [plain, bundled] { try awaitSequencing(client, prefix: "big.") }
-        // 3 batches of 64 puts of 10 KiB: about 640 KiB a group, over two bundles' worth each.
         let writer = try daemon.client()
+        // The counter's own subscription has taken effect once a bundle reaches it.
+        try counter.setReceiveTimeout(milliseconds: 100)
+        let deadline = ContinuousClock.now + .seconds(30)
+        var subscribed = false
+        while !subscribed && ContinuousClock.now < deadline {
+            _ = try writer.put("big.probe", .with { $0.intValue = 1 })
+            // A receive that times out (100 ms) throws EAGAIN: nothing more has come for now.
+            while let frames = (try? counter.receiveMessage()) ?? nil { subscribed = subscribed || frames.count == 2 }
+        }
+        try #require(subscribed, "the counter's bundle subscription never took effect")
+        _ = try Self.publications(plain, through: try writer.ping().headRevision)
+        _ = try Self.publications(bundled, through: try writer.ping().headRevision)
+        // 3 batches of 64 puts of 10 KiB: about 640 KiB a group, over two bundles' worth each.
         var last: UInt64 = 0
         for round in 0..<3 {
             let replies = try writer.batch((0..<64).map { index in
@@ -139,9 +151,18 @@ struct BundleTests {
         #expect(plainDiffs.count == 192)
         #expect(bundledDiffs.map(\.event.revision) == plainDiffs.map(\.event.revision))
         #expect(bundledDiffs == plainDiffs)
+        // Every bundle of the three groups, waited for: a bundle's diffs, counted, reach 192.
         var sizes: [Int] = []
-        let frame = ZMQMessage()
-        while try counter.receive(into: frame, flags: .dontWait) { if !frame.hasMore { sizes.append(frame.bytes.count) } }
+        var counted = 0
+        while counted < 192 && ContinuousClock.now < deadline + .seconds(30) {
+            guard let frames = (try? counter.receiveMessage()) ?? nil, frames.count == 2 else { continue }
+            let bundle = try Beacon_V1_Bundle(serializedBytes: frames[1].bytes)
+            let diffs = bundle.diffs.filter { $0.event.change.key != "big.probe" }
+            guard !diffs.isEmpty else { continue }
+            counted += diffs.count
+            sizes.append(frames[1].bytes.count)
+        }
+        #expect(counted == 192, "the counter's bundles held \(counted) diffs")
         #expect(sizes.count >= 9 && sizes.allSatisfy { $0 <= Publisher.bundleBytes }, "bundles of \(sizes) bytes")
         counter.close()
         await daemon.stop()
