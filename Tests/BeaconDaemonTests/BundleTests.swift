@@ -27,6 +27,20 @@ struct BundleTests {
         publications.compactMap { if case .diff(let diff) = $0 { diff } else { nil } }
     }
 
+    /// Waits until `counter`'s bundle subscription has taken effect: a bundle of a probe write
+    /// under `prefix` reaches it. Its receive timeout is set to 100 ms.
+    static func awaitBundles(_ counter: ZMQSocket, writer: WireClient, prefix: String) throws {
+        try counter.setReceiveTimeout(milliseconds: 100)
+        let deadline = ContinuousClock.now + .seconds(30)
+        var subscribed = false
+        while !subscribed && ContinuousClock.now < deadline {
+            _ = try writer.put(prefix + "probe", .with { $0.intValue = 1 })
+            // A receive that times out throws EAGAIN: nothing more has come for now.
+            while let frames = (try? counter.receiveMessage()) ?? nil { subscribed = subscribed || frames.count == 2 }
+        }
+        try #require(subscribed, "the counter's bundle subscription never took effect")
+    }
+
     /// Writes in groups: batches of puts (a group commit each, mostly) under `a.`, `a.b.` and `c.`,
     /// and transactions across them. Returns the last revision.
     static func writeGroups(_ client: WireClient, rounds: Int) throws -> UInt64 {
@@ -64,6 +78,7 @@ struct BundleTests {
             try awaitSequencing(client, prefix: prefix)
         }
         let writer = try daemon.client()
+        try Self.awaitBundles(counter, writer: writer, prefix: "a.")
         let last = try Self.writeGroups(writer, rounds: 20)
 
         let plainDiffs = Self.diffs(try Self.publications(plain, through: last))
@@ -123,16 +138,8 @@ struct BundleTests {
         try counter.subscribe(Array(WireTopic.bundle(of: "big.").utf8))
         for client in [plain, bundled] { try awaitSequencing(client, prefix: "big.") }
         let writer = try daemon.client()
-        // The counter's own subscription has taken effect once a bundle reaches it.
-        try counter.setReceiveTimeout(milliseconds: 100)
+        try Self.awaitBundles(counter, writer: writer, prefix: "big.")
         let deadline = ContinuousClock.now + .seconds(30)
-        var subscribed = false
-        while !subscribed && ContinuousClock.now < deadline {
-            _ = try writer.put("big.probe", .with { $0.intValue = 1 })
-            // A receive that times out (100 ms) throws EAGAIN: nothing more has come for now.
-            while let frames = (try? counter.receiveMessage()) ?? nil { subscribed = subscribed || frames.count == 2 }
-        }
-        try #require(subscribed, "the counter's bundle subscription never took effect")
         _ = try Self.publications(plain, through: try writer.ping().headRevision)
         _ = try Self.publications(bundled, through: try writer.ping().headRevision)
         // 3 batches of 64 puts of 10 KiB: about 640 KiB a group, over two bundles' worth each.
