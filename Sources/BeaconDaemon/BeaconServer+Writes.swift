@@ -127,7 +127,7 @@ extension BeaconServer {
 
     /// Publishes the diffs of one revision's changes; adds its commit marker to `markers` if it
     /// has several.
-    private func publish(_ changes: [JournalChange], markers: inout [Beacon_V1_CommitMarker]) {
+    private func publish(_ changes: [JournalChange], markers: inout [Beacon_V1_CommitMarker], on publisher: Publisher) {
         let epoch = writes.epoch
         var marks = publisher.tracker.record(revision: changes[0].revision, keys: changes.lazy.map(\.key))
         if access.policy.isEnabled {
@@ -179,11 +179,13 @@ extension BeaconServer: WritePathDelegate {
     /// to; the group's bundles; then its commit markers, which a subscriber of bundles must
     /// receive after the diffs they close (proto/PROTOCOL.md §5.4).
     func publish(_ batch: [StagedWrite]) {
+        let publisher = self.publisher  // once: each read of the computed field is a retain and a release
         publisher.beginGroup()
         var markers: [Beacon_V1_CommitMarker] = []
         // Indexing borrows each write; a for-in loop would copy (retain) every field.
         for index in batch.indices {
-            publish(batch[index].changes, markers: &markers)  // the array alone: passing the write would copy all of it
+            // The array alone: passing the write would copy all of it.
+            publish(batch[index].changes, markers: &markers, on: publisher)
         }
         for (topic, error) in publisher.finishGroup() {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
