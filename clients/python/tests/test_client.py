@@ -197,4 +197,5 @@ def test_the_example_in_the_docs_runs_as_written(daemon):
     run = subprocess.run([sys.executable, "-c", example], env=environment, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert "online" in lines and any("'net.wifi.ssid': 'lab'" in line and "'app.mode': 'online'" in line for line in lines), lines
+    assert len(lines) == 3 and lines[0] == "0 {}" and lines[2] == "online", lines
+    assert lines[1].endswith("{'net.wifi.ssid': 'lab', 'app.mode': 'online'}"), "the transaction, whole, in one update"
