@@ -64,22 +64,6 @@ final class TestDaemon {
     }
 }
 
-/// Runs `body` with a daemon on new temporary directories and stops the daemon however `body`
-/// ends — returning, throwing, or failing a `#require`.
-func withDaemon<Result>(clock: (any DaemonClock)? = nil, _ configure: (inout DaemonConfiguration) -> Void = { _ in },
-                        _ body: (TestDaemon) async throws -> Result) async throws -> Result {
-    let daemon = try TestDaemon(clock: clock, configure)
-    defer { daemon.stopNow() }
-    do {
-        let result = try await body(daemon)
-        await daemon.stop()
-        return result
-    } catch {
-        await daemon.stop()
-        throw error
-    }
-}
-
 extension Beacon_V1_Value {
     static func int(_ value: Int64) -> Self { .with { $0.intValue = value } }
     static func string(_ value: String) -> Self { .with { $0.stringValue = value } }
