@@ -92,11 +92,24 @@ class Daemon:
         self.stop(sig)
         self.start()
 
+    def _state(self):
+        """The process's state letter in /proc (``T``: stopped)."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as file:
+                return file.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+
     def pause(self):
+        """Stops the daemon (SIGSTOP) and waits until the kernel says it is stopped: a signal is
+        delivered after `kill` returns, and a request can still be answered meanwhile."""
         self.process.send_signal(signal.SIGSTOP)
+        wait_for(lambda: self._state() == "T", what="beacond to stop")
 
     def resume(self):
-        self.process.send_signal(signal.SIGCONT)
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            wait_for(lambda: self._state() != "T", what="beacond to run again")
 
 
 @pytest.fixture

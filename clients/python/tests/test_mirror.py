@@ -45,11 +45,21 @@ class Child:
             return None
         return wait_for(arrived, timeout, what="the child's updates")
 
+    def _state(self):
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as file:
+                return file.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+
     def freeze(self):
+        """Stops the child (SIGSTOP) and waits until it is stopped."""
         self.process.send_signal(signal.SIGSTOP)
+        wait_for(lambda: self._state() == "T", what="the child to stop")
 
     def thaw(self):
         self.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: self._state() != "T", what="the child to run again")
 
     def stop(self):
         self.thaw()
