@@ -8,9 +8,7 @@ import BeaconTestSupport
 import Testing
 
 func temporaryDirectory() throws -> String {
-    var template = Array("/tmp/bdmn-XXXXXX".utf8CString)
-    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-    return String(cString: path)
+    try makeTestDirectory("bdmn")
 }
 
 /// A daemon running in this process on its own temporary directories.

@@ -1,13 +1,12 @@
 import BeaconProtocol
+import BeaconTestSupport
 import BeaconWire
 import Foundation
 import Testing
 
 
 func temporaryDirectory() throws -> String {
-    var template = Array("/tmp/be2e-XXXXXX".utf8CString)
-    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-    return String(cString: path)
+    try makeTestDirectory("be2e")
 }
 
 /// Where the built `beacond` and `beacon` are: `$BEACON_BIN_DIR`, or beside the test bundle.

@@ -5,9 +5,7 @@ import Testing
 
 /// A new directory under /tmp for one test's files.
 func temporaryDirectory() throws -> String {
-    var template = Array("/tmp/bjrn-XXXXXX".utf8CString)
-    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-    return String(cString: path)
+    try makeTestDirectory("bjrn")
 }
 
 func put(_ revision: UInt64, _ key: String, _ value: String, version: UInt64, created: UInt64? = nil,

@@ -6,9 +6,7 @@ import BeaconTestSupport
 @Suite(.timeLimit(.minutes(1)), .offThePool)
 struct MirrorCacheTests {
     private func path() throws -> String {
-        var template = Array("/tmp/bcache-XXXXXX".utf8CString)
-        let dir = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-        return String(cString: dir) + "/mirror.sqlite"
+        try makeTestDirectory("bcache") + "/mirror.sqlite"
     }
 
     private func row(_ key: String, _ revision: UInt64, _ text: String) -> MirrorCache.Row {

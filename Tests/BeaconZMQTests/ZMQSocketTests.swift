@@ -4,9 +4,7 @@ import Testing
 import BeaconTestSupport
 
 private func temporaryDirectory() throws -> String {
-    var template = Array("/tmp/bzmq-XXXXXX".utf8CString)
-    let path = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-    return String(cString: path)
+    try makeTestDirectory("bzmq")
 }
 
 @Suite(.timeLimit(.minutes(1)), .offThePool)

@@ -7,7 +7,9 @@ sockets: ping, writes, compare-and-set, errors, a transaction, a subscription wi
 sequencing marks and commit marker, get and delta. Exits non-zero with a message on any
 mismatch.
 """
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,7 @@ import zmq
 
 def load_schema(proto_dir):
     out = tempfile.mkdtemp(prefix="beacon-py-")
+    atexit.register(shutil.rmtree, out, True)  # the generated module goes with the process
     proto_dir = os.path.abspath(proto_dir)
     subprocess.run(["protoc", f"-I{proto_dir}", f"--python_out={out}", "beacon.proto"], check=True, cwd=proto_dir)
     sys.path.insert(0, out)
