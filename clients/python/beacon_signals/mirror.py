@@ -156,22 +156,17 @@ class Mirror:
     def wait_until(self, revision, timeout=10.0):
         """Waits until the mirror is complete through `revision` (a write's, to read it back);
         False if `timeout` seconds passed first."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._revision < revision:
-                if self._error is not None:
-                    raise self._error
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._lock.wait(min(left, 0.1))
-            return True
+        return self._wait(lambda: self._revision >= revision, timeout)
 
     def wait_synced(self, timeout=10.0):
         """Waits for the first state; False if `timeout` seconds passed first."""
+        return self._wait(lambda: self._status != CONNECTING, timeout)
+
+    def _wait(self, condition, timeout):
+        """Waits, holding the lock between checks, until `condition()`; raises what stopped the mirror."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._status == CONNECTING:
+            while not condition():
                 if self._error is not None:
                     raise self._error
                 left = deadline - time.monotonic()

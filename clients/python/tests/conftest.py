@@ -36,6 +36,15 @@ def wait_for(condition, timeout=30.0, what="the condition"):
         time.sleep(0.01)
 
 
+def process_state(pid):
+    """A process's state letter in /proc (``T``: stopped), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 class Daemon:
     """A beacond on `directory`'s run/ and state/ directories."""
 
@@ -93,12 +102,7 @@ class Daemon:
         self.start()
 
     def _state(self):
-        """The process's state letter in /proc (``T``: stopped)."""
-        try:
-            with open(f"/proc/{self.process.pid}/stat") as file:
-                return file.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return None
+        return process_state(self.process.pid)
 
     def pause(self):
         """Stops the daemon (SIGSTOP) and waits until the kernel says it is stopped: a signal is

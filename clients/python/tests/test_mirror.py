@@ -14,7 +14,7 @@ import pytest
 
 from beacon_signals import LIVE, STALE, Mirror
 
-from conftest import HERE, wait_for
+from conftest import HERE, process_state, wait_for
 
 TINY = "publish_hwm = 10\n"
 
@@ -46,11 +46,7 @@ class Child:
         return wait_for(arrived, timeout, what="the child's updates")
 
     def _state(self):
-        try:
-            with open(f"/proc/{self.process.pid}/stat") as file:
-                return file.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return None
+        return process_state(self.process.pid)
 
     def freeze(self):
         """Stops the child (SIGSTOP) and waits until it is stopped."""
