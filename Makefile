@@ -20,7 +20,7 @@ help:
 	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
 	@echo "make soak-core     the reactive core against its reference model, 100,000 random graphs"
 	@echo "make soak-follower the client follower core against a simulated lossy daemon, 50,000 runs"
-	@echo "make soak-pub      beacon pub under daemon stops, kill -9 and new journals: 21 trials, no hole, duplicate or reordering"
+	@echo "make soak-pub      beacon pub under daemon stops, kill -9, new journals and a relay's lost upstream: 25 trials, no hole, duplicate or reordering"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"

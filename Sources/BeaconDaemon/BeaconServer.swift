@@ -295,11 +295,12 @@ public final class BeaconServer: @unchecked Sendable {
 
     // MARK: Loop
 
-    /// What the loop polls: built anew when the publish socket is reopened.
+    /// What the loop polls: built anew when the publish socket is reopened, or the write
+    /// authority's sockets are replaced.
     private struct PollSet {
         let poller: ZMQPoller
-        /// The publish socket's generation it was built for.
-        let generation: Int
+        /// The publish socket's and the write authority's generations it was built for.
+        let generation: Int, authorityGeneration: Int
         let requests: Int, subscriptions: Int, wake: Int, authentication: Int
         let probe: Int?
         let monitors: [(socket: ConnectionLedger.Socket, index: Int)]
@@ -311,7 +312,7 @@ public final class BeaconServer: @unchecked Sendable {
     private func makePollSet() -> PollSet {
         let poller = ZMQPoller()
         let set = PollSet(
-            poller: poller, generation: publisher.generation, requests: poller.add(router), subscriptions: poller.add(publisher.socket),
+            poller: poller, generation: publisher.generation, authorityGeneration: authority.socketGeneration, requests: poller.add(router), subscriptions: poller.add(publisher.socket),
             wake: poller.add(fileDescriptor: control.wake.fileDescriptor), authentication: poller.add(network.zap),
             probe: network.servingProbe.map { poller.add($0.pollable) },
             monitors: connections.monitors.map { ($0.key, poller.add($0.value.reader)) })
@@ -333,7 +334,9 @@ public final class BeaconServer: @unchecked Sendable {
         var servedRequests = false
         while !control.isStopRequested {
             let now = clock.now()
-            if polled.generation != publisher.generation { polled = makePollSet() }
+            if polled.generation != publisher.generation || polled.authorityGeneration != authority.socketGeneration {
+                polled = makePollSet()
+            }
             do {
                 try polled.poller.poll(timeoutMilliseconds: pollTimeout(now: now, busy: servedRequests))
             } catch {

@@ -26,6 +26,8 @@ protocol WriteAuthority: AnyObject {
 
     /// Adds the sockets it needs read to the loop's poller; they are serviced every pass.
     func register(in poller: ZMQPoller)
+    /// Changes when the sockets it registers are replaced: the loop registers them again.
+    var socketGeneration: Int { get }
     /// The longest the loop may wait before calling ``service(host:)`` again; nil: no limit.
     var pollTimeoutMilliseconds: Int? { get }
     /// Does what its sockets and deadlines call for; called every pass, after the poll.
@@ -84,6 +86,7 @@ extension WriteAuthority {
                    host: some AuthorityHost) -> Bool { false }
     func refusesRead(of keyOrPrefix: String, host: some AuthorityHost) -> Refusal? { nil }
     func register(in poller: ZMQPoller) {}
+    var socketGeneration: Int { 0 }
     var pollTimeoutMilliseconds: Int? { nil }
     func service(host: some AuthorityHost) {}
     func finishPass(host: some AuthorityHost) {}

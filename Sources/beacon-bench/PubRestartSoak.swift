@@ -4,21 +4,27 @@ import BeaconWire
 import Foundation
 
 /// `beacon pub` of a file while its daemon is stopped (SIGTERM) or killed (-9) and started again,
-/// or replaced by one with a new journal, at a random point: every trial checks that each line
-/// was applied once and in order (or, with a new journal, that pub stopped and sent nothing
-/// to it), and counts holes, duplicates and lines out of order.
+/// or replaced by one with a new journal, or — through a relay — while the relay's upstream is
+/// killed (also while frozen with a window of large writes forwarded to it) and started again, at
+/// a random point: every trial checks that each line was applied once and in order (or, with a
+/// new journal, that pub stopped and sent nothing to it), and counts holes, duplicates and lines
+/// out of order.
 struct PubRestartSoak: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pub-restarts",
-        abstract: "beacon pub under daemon stops, kill -9 and replaced journals: holes, duplicates and order, per trial.")
+        abstract: "beacon pub under daemon stops, kill -9, replaced journals and a relay's lost upstream: holes, duplicates and order, per trial.")
 
-    @Option(help: "Trials, taking the three faults in turn.") var trials = 21
+    @Option(help: "Trials, taking the five faults in turn.") var trials = 25
     @Option(help: "Lines per trial.") var lines = 20_000
 
     enum Fault: String, CaseIterable {
         case stop = "SIGTERM, restart"
         case kill = "kill -9, restart"
         case replace = "SIGTERM, new journal"
+        case upstreamKill = "through a relay: its upstream kill -9, restart"
+        case upstreamFrozenKill = "through a relay: its upstream frozen, kill -9, restart"
+
+        var throughRelay: Bool { self == .upstreamKill || self == .upstreamFrozenKill }
     }
 
     struct Tally {
@@ -57,11 +63,24 @@ struct PubRestartSoak: ParsableCommand {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let input = directory + "/lines.txt"
-        try (1...lines).map { "su.n\($0) \($0)\n" }.joined().write(toFile: input, atomically: true, encoding: .utf8)
-        var daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+        // Frozen, the upstream reads nothing: values of 1,000 bytes make a window of writes more
+        // than the kernel's socket buffers hold, so that some wait in the relay's queue.
+        let value = { (line: Int) in fault == .upstreamFrozenKill ? String(repeating: "v", count: 1_000) : "\(line)" }
+        try (1...lines).map { "su.n\($0) \(value($0))\n" }.joined().write(toFile: input, atomically: true, encoding: .utf8)
+        let primaryDirectory = fault.throughRelay ? directory + "/primary" : directory
+        try FileManager.default.createDirectory(atPath: primaryDirectory, withIntermediateDirectories: true)
+        var daemon = try DaemonUnderTest(directory: primaryDirectory, durability: "normal", maxBatch: 2048)
+        var relay: DaemonUnderTest?
+        if fault.throughRelay {
+            relay = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048,
+                                        extraArguments: ["--upstream", "ipc://\(daemon.runtimeDirectory)/beacon.req"])
+            let relayWire = try WireClient(runtimeDirectory: directory + "/run", requestTimeoutMilliseconds: 30_000)
+            while (try? relayWire.ping().upstream.reachable) != true { usleep(10_000) }
+        }
+        defer { relay?.stop() }
         let pub = Process()
         pub.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon")
-        pub.arguments = ["pub", "--json", "--timeout", "30000", "--runtime-dir", daemon.runtimeDirectory]
+        pub.arguments = ["pub", "--json", "--timeout", "30000", "--runtime-dir", (relay ?? daemon).runtimeDirectory]
         let out = Pipe()
         pub.standardOutput = out
         pub.standardError = FileHandle.nullDevice
@@ -71,7 +90,13 @@ struct PubRestartSoak: ParsableCommand {
         let faultAt = UInt64.random(in: 1_000...UInt64(lines * 3 / 4))
         let wire = try WireClient(runtimeDirectory: daemon.runtimeDirectory, requestTimeoutMilliseconds: 30_000)
         while pub.isRunning, ((try? wire.ping().headRevision) ?? 0) < faultAt { usleep(1000) }
-        if fault == .kill {
+        if fault == .upstreamFrozenKill, let relay {
+            kill(daemon.process.processIdentifier, SIGSTOP)
+            let relayWire = try WireClient(runtimeDirectory: relay.runtimeDirectory, requestTimeoutMilliseconds: 30_000)
+            // pub keeps 1,000 writes in flight: wait until the relay forwarded most of a window.
+            while pub.isRunning, let stats = try? relayWire.stats(), stats.writesForwarded < stats.headRevision + 900 { usleep(1000) }
+        }
+        if fault == .kill || fault.throughRelay {
             kill(daemon.process.processIdentifier, SIGKILL)
             daemon.process.waitUntilExit()
         } else {
@@ -79,7 +104,7 @@ struct PubRestartSoak: ParsableCommand {
         }
         if fault == .replace { try FileManager.default.moveItem(atPath: directory + "/state", toPath: directory + "/old-state") }
         usleep(useconds_t.random(in: 0...1_500_000))
-        daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+        daemon = try DaemonUnderTest(directory: primaryDirectory, durability: "normal", maxBatch: 2048)
         defer { daemon.stop() }
         let output = out.fileHandleForReading.readDataToEndOfFile()
         pub.waitUntilExit()

@@ -1,10 +1,12 @@
 @testable import BeaconDaemon
 import BeaconTestSupport
 import BeaconZMQ
+import Foundation
 import Testing
 
-/// A relay's rules, as values: a connection's requests wait behind its forwarded writes, and a
-/// forwarded write is answered only once the relay's own journal shows it. No sockets.
+/// A relay's rules, as values: a connection's requests wait behind its forwarded writes, a
+/// forwarded write is answered only once the relay's own journal shows it, and no write overtakes
+/// one answered `UPSTREAM_UNAVAILABLE`. No sockets.
 @Suite(.offThePool, .timeLimit(.minutes(3)))
 struct RelayOrderTests {
     static let alice = RoutingID(ZMQMessage(bytes: [0, 0, 0, 0, 1]))
@@ -80,5 +82,60 @@ struct RelayOrderTests {
         waiters.add("left", epoch: 7, revision: 20)
         #expect(waiters.takeAll().map(\.revision) == [20])
         #expect(waiters.isEmpty)
+    }
+
+    @Test func afterAnUnavailableAnswerOnlyAResendOfAnAnsweredWriteGoesOn() {
+        var fences = WriteFences()
+        var admitted: Bool
+        let id = { (n: Int) in Data("run-\(n)".utf8) }
+        admitted = fences.admits(Self.alice, writeID: id(1), at: 10)
+        #expect(admitted)
+        fences.unavailable(Self.alice, writeID: id(1), at: 10)
+        fences.unavailable(Self.alice, writeID: id(2), at: 10)
+        // Sent before the client saw those answers: it must not go ahead of them.
+        admitted = fences.admits(Self.alice, writeID: id(3), at: 10)
+        #expect(!admitted)
+        fences.unavailable(Self.alice, writeID: id(3), at: 10)
+        admitted = fences.admits(Self.alice, writeID: Data(), at: 10)
+        #expect(!admitted, "a write without an id cannot lift a fence")
+        admitted = fences.admits(Self.bob, writeID: id(3), at: 10)
+        #expect(admitted, "another connection is not fenced")
+        // The client goes back to its first unanswered write: the fence is lifted.
+        admitted = fences.admits(Self.alice, writeID: id(1), at: 10)
+        #expect(admitted)
+        admitted = fences.admits(Self.alice, writeID: id(2), at: 10)
+        #expect(admitted)
+        admitted = fences.admits(Self.alice, writeID: id(4), at: 10)
+        #expect(admitted)
+        #expect(fences.count == 0)
+        fences.unavailable(Self.alice, writeID: Data(), at: 10)
+        #expect(fences.count == 0, "a write without an id sets no fence")
+    }
+
+    @Test func fencesAreBoundedOldestFirst() {
+        var fences = WriteFences()
+        var admitted: Bool
+        let connection = { (n: Int) in RoutingID(ZMQMessage(bytes: [1, UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)])) }
+        for n in 0...WriteFences.maxConnections { fences.unavailable(connection(n), writeID: Data("w".utf8), at: 10) }
+        #expect(fences.count == WriteFences.maxConnections)
+        admitted = fences.admits(connection(0), writeID: Data("other".utf8), at: 10)
+        #expect(admitted, "the oldest fence went")
+        admitted = fences.admits(connection(WriteFences.maxConnections), writeID: Data("other".utf8), at: 10)
+        #expect(!admitted)
+    }
+
+    @Test func aFenceFallsAfterItsHoldSinceTheLastWriteItTurnedAway() {
+        var fences = WriteFences()
+        var admitted: Bool
+        let hold = WriteFences.holdMilliseconds
+        fences.unavailable(Self.alice, writeID: Data("w1".utf8), at: 1000)
+        admitted = fences.admits(Self.alice, writeID: Data("w2".utf8), at: 1000 + hold - 1)
+        #expect(!admitted)
+        fences.unavailable(Self.alice, writeID: Data("w2".utf8), at: 1000 + hold - 1)
+        admitted = fences.admits(Self.alice, writeID: Data("w3".utf8), at: 1000 + hold)
+        #expect(!admitted, "turning w2 away kept the fence up")
+        admitted = fences.admits(Self.alice, writeID: Data("w3".utf8), at: 1000 + 2 * hold - 1)
+        #expect(admitted, "a client that gave up on w1 and w2 goes on")
+        #expect(fences.count == 0)
     }
 }

@@ -25,6 +25,8 @@ final class Relay: WriteAuthority {
         var ticket: HoldTicket
         /// The client's request id.
         var id: UInt64
+        /// The client's write id (empty for a `KeepAlive`, or a write without one).
+        var writeID: Data
     }
 
     /// An answered write waiting for this relay's journal to show it.
@@ -43,6 +45,7 @@ final class Relay: WriteAuthority {
     private var forwarded: [UInt64: Forwarded] = [:]
     private var nextToken: UInt64 = 1
     private var order = ForwardingOrder<WaitingRequest>()
+    private var fences = WriteFences()
     private var awaitingMirror = MirrorWaiters<Answered>()
     private(set) var writesForwarded: UInt64 = 0
 
@@ -84,10 +87,11 @@ final class Relay: WriteAuthority {
     // MARK: The loop
 
     func register(in poller: ZMQPoller) {
-        poller.add(link.dealer)
         poller.add(link.subscriber)
-        poller.add(link.handshakeEvents.reader)
+        for socket in link.requests.pollable { poller.add(socket) }
     }
+
+    var socketGeneration: Int { link.requests.socketChanges }
 
     var pollTimeoutMilliseconds: Int? { link.timeoutMilliseconds }
 
@@ -292,21 +296,41 @@ final class Relay: WriteAuthority {
     /// Forwards a write or `KeepAlive` to the upstream, after this relay's own rules and limits
     /// allow it. Its reply keeps its connection's place until the upstream answers and, for a
     /// write, until this relay's journal holds the write's revision.
+    ///
+    /// Once a write of a connection is answered `UPSTREAM_UNAVAILABLE`, its later writes are
+    /// answered so too until it sends one of those again, or for a second (``WriteFences``).
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
-        guard var op = request.op else { return }
+        guard var op = request.op, let connection = route.connection else { return }  // a ROUTER always gives one
+        let writeID = Self.writeID(of: op)
         do throws(Refusal) {
             try checkForwardable(&op, context: context, host: host)
+            if let writeID, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds) {
+                throw Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
+                    + "so this one was not forwarded (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
+            }
         } catch {
+            if let writeID, error.code == .upstreamUnavailable {
+                fences.unavailable(connection, writeID: writeID, at: host.writes.clock.now().milliseconds)
+            }
             return host.refuse(request.id, error, route: route, dependsOnStaged: false)
         }
-        guard let connection = route.connection else { return }  // a ROUTER always gives one
         let ticket = host.writes.hold(route)
         let token = nextToken
         nextToken += 1
-        forwarded[token] = Forwarded(connection: connection, ticket: ticket, id: request.id)
+        forwarded[token] = Forwarded(connection: connection, ticket: ticket, id: request.id, writeID: writeID ?? Data())
         order.forwarded(by: connection)
         writesForwarded += 1
         if !link.forward(token: token, op) { answerForwarded(token: token, nil, host: host) }
+    }
+
+    /// The write id of a write as its client sent it; nil for what is not a write.
+    private static func writeID(of op: Beacon_V1_Request.OneOf_Op) -> Data? {
+        switch op {
+        case .put(let put): put.writeID
+        case .delete(let delete): delete.writeID
+        case .txn(let txn): txn.writeID
+        default: nil
+        }
     }
 
     /// Checks `op` against this relay's rules, limits and the protocol's own limits, and puts the
@@ -402,9 +426,10 @@ final class Relay: WriteAuthority {
             host.countRejected(1)
             var answer = Beacon_V1_Reply()
             answer.id = forwarded.id
-            answer.error = Refusal(.upstreamUnavailable, "no answer from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: "
+            answer.error = Refusal(.upstreamUnavailable, "no answer from this relay's upstream (none within \(UpstreamLink.forwardTimeoutMilliseconds) ms, or its connection ended): "
                 + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: writes.durableRevision)
             writes.fill(forwarded.ticket, with: answer)
+            fences.unavailable(forwarded.connection, writeID: forwarded.writeID, at: writes.clock.now().milliseconds)
             return order.answered(for: forwarded.connection)
         }
         reply.id = forwarded.id

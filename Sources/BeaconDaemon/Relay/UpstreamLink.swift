@@ -13,7 +13,8 @@ enum UpstreamEvent {
     /// when `epoch` is new), they give the upstream's state at `revision` of everything carried,
     /// which replaces the relay's journal (history below `revision` is gone).
     case reset(epoch: UInt64, revision: UInt64, steps: [FollowerCore.Step])
-    /// The upstream's answer to a forwarded request; `nil` when none came in time.
+    /// The upstream's answer to a forwarded request; `nil` when none came in time, or none came
+    /// before the connection it was sent on ended (then nothing of it reaches the upstream later).
     case answered(token: UInt64, Beacon_V1_Reply?)
     /// The link came up or went stale, or the upstream's head moved.
     case status(UpstreamLink.Status)
@@ -76,16 +77,15 @@ final class UpstreamLink {
     private let logger: Logger
     /// What was last passed on as ``Status``.
     private var reported = Status()
-    let dealer: ZMQSocket
+    /// Requests and their answers, one connection at a time.
+    let requests: UpstreamRequests
     let subscriber: ZMQSocket
-    /// Reports the request socket's failed security handshakes: the upstream refusing this relay.
-    let handshakeEvents: ZMQMonitor
-    private var lastHandshakeLog: UInt64 = 0
     private var core: FollowerCore
     private var nextID: UInt64 = 1
     /// The fetch sent and not yet answered, with its request id and deadline.
     private var fetch: (id: UInt64, fetch: FollowerCore.Fetch, deadline: UInt64)?
-    /// Forwarded requests by request id: the loop's token and the deadline.
+    /// Forwarded requests by request id: the loop's token and the deadline (all sent on the
+    /// current connection: those of an ended one are answered as it ends).
     private var forwarded: [UInt64: (token: UInt64, deadline: UInt64)] = [:]
     private var forwardOrder: [(id: UInt64, deadline: UInt64)] = []
     private var lastHeard: UInt64 = 0
@@ -105,22 +105,16 @@ final class UpstreamLink {
     init(endpoint: Endpoint, context: ZMQContext, after revision: UInt64, epoch: UInt64, logger: Logger) throws(ZMQError) {
         self.endpoint = endpoint
         self.logger = logger
-        dealer = try ZMQSocket(context, type: .dealer, linger: 0)
-        try dealer.setSendHighWaterMark(100_000)
-        try dealer.setReceiveHighWaterMark(100_000)
+        requests = try UpstreamRequests(endpoint: endpoint, context: context, now: Self.now(), logger: logger)
         subscriber = try ZMQSocket(context, type: .sub, linger: 0)
         // No message is dropped on the relay's side while it keeps up; a burst past this is
         // repaired by a delta like any gap.
         try subscriber.setReceiveHighWaterMark(1_000_000)
         if let curve = endpoint.curve {
-            try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
             try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys)
         }
         try subscriber.subscribe(Array(WireTopic.controlPrefix.utf8))
         for prefix in endpoint.prefixes { try subscriber.subscribe(Array(prefix.utf8)) }
-        handshakeEvents = try dealer.monitor(events: [.handshakeFailedAuth, .handshakeFailedProtocol],
-                                             name: "beacond-upstream-\(UInt64.random(in: 0 ... .max))")
-        try dealer.connect(endpoint.request)
         try subscriber.connect(endpoint.publish)
         core = FollowerCore(mode: .ordered, epoch: epoch)
         follow(after: revision, epoch: epoch)
@@ -140,9 +134,8 @@ final class UpstreamLink {
     }
 
     func close() {
-        dealer.close()
+        requests.close()
         subscriber.close()
-        handshakeEvents.stop()
     }
 
     private static func now() -> UInt64 { MonotonicTime.now().milliseconds }
@@ -153,16 +146,17 @@ final class UpstreamLink {
         var deadline = now + 250  // reachability is looked at this often at least
         if let fetch { deadline = min(deadline, fetch.deadline) }
         if let first = forwardOrder.first { deadline = min(deadline, first.deadline) }
+        if let connecting = requests.nextDeadline { deadline = min(deadline, connecting) }
         return Int(deadline > now ? deadline - now : 0)
     }
 
     /// Reads what the upstream sent, gives up on what waited too long, sends the fetches the
     /// core needs, and appends what happened: released revisions and snapshots, answers, status.
     func service(into events: inout [UpstreamEvent]) {
-        drainHandshakeFailures()
         drainPublications()
         drainReplies(into: &events)
         expire(into: &events)
+        if requests.service(now: Self.now()) { connectionLost(into: &events) }
         sendFetches()
         takeReleased(into: &events)
         let status = Status(reachable: lastHeard > 0 && Self.now() - lastHeard <= 3 * heartbeatInterval + 500,
@@ -179,20 +173,22 @@ final class UpstreamLink {
         }
     }
 
-    /// Logs (every 10 s at most) that the upstream refuses this relay: libzmq retries by itself.
-    private func drainHandshakeFailures() {
-        while let event = try? handshakeEvents.receiveEvent(flags: .dontWait) {
-            let now = Self.now()
-            guard now >= lastHandshakeLog + 10_000 || lastHandshakeLog == 0 else { continue }
-            lastHandshakeLog = now
-            if event.kind.contains(.handshakeFailedAuth) {
-                logger.error("the upstream refused this relay's connection: no allow rule there lists its key", metadata: [
-                    "upstream": "\(endpoint.request)", "relay.key": "\(endpoint.curve?.keys.publicKey ?? "none (ipc or tcp_insecure)")"])
-            } else {
-                logger.error("the security handshake with the upstream failed: is upstream_server_key its public key?", metadata: [
-                    "upstream": "\(endpoint.request)"])
-            }
+    /// The request connection ended: what was sent on it and not answered is lost, or was
+    /// applied in the order sent; nothing of it reaches the upstream later.
+    private func connectionLost(into events: inout [UpstreamEvent]) {
+        var lost = 0
+        for (id, _) in forwardOrder {
+            guard let forward = forwarded.removeValue(forKey: id) else { continue }
+            events.append(.answered(token: forward.token, nil))
+            lost += 1
         }
+        forwardOrder.removeAll()
+        if let pending = fetch {
+            core.complete(pending.fetch, with: nil)
+            fetch = nil
+        }
+        logger.notice("the request connection to the upstream ended: requests it carried that were not answered are answered UPSTREAM_UNAVAILABLE",
+                      metadata: ["upstream": "\(endpoint.request)", "unanswered": "\(lost)"])
     }
 
     private func heard() {
@@ -216,8 +212,7 @@ final class UpstreamLink {
         request.id = nextID
         nextID += 1
         request.op = op
-        guard let body: [UInt8] = try? request.serializedBytes(),
-              (try? dealer.send(ZMQMessage(bytes: body), flags: .dontWait)) == true else { return nil }
+        guard let body: [UInt8] = try? request.serializedBytes(), requests.send(body) else { return nil }
         return request.id
     }
 
@@ -282,7 +277,7 @@ final class UpstreamLink {
     }
 
     private func drainReplies(into events: inout [UpstreamEvent]) {
-        while let frames = try? dealer.receiveMessage(flags: .dontWait) {
+        while let frames = requests.receive() {
             heard()
             guard let body = frames.last, let reply = WireClient.decodeReply(body: body) else { continue }
             if let pending = fetch, pending.id == reply.id {
@@ -329,7 +324,7 @@ final class UpstreamLink {
     }
 
     private func sendFetches() {
-        guard fetch == nil, let next = core.nextFetch() else { return }
+        guard fetch == nil, requests.isConnected, let next = core.nextFetch() else { return }
         guard let id = send(next.request) else {
             core.complete(next, with: nil)
             return

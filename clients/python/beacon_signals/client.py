@@ -123,9 +123,9 @@ class Client:
     ``server_key`` and ``key_file`` (or ``$BEACON_SERVER_KEY``, ``$BEACON_KEY_FILE``).
 
     Every write carries a write id. A write that gets no answer within ``timeout`` seconds is
-    sent again, with the same id, on a new connection until ``write_timeout`` seconds have passed:
-    the daemon applies it at most once, and a retry of one it applied answers with that one's
-    result. Reads wait ``timeout`` seconds and raise :class:`Unavailable`. Refusals raise
+    sent again, with the same id, on a new connection until ``write_timeout`` seconds have passed
+    (and so is one a relay answers ``UPSTREAM_UNAVAILABLE``, on the same connection): the daemon
+    applies it at most once, and a retry of one it applied answers with that one's result. Reads wait ``timeout`` seconds and raise :class:`Unavailable`. Refusals raise
     :class:`Refused`. One request at a time per client; it may be shared between threads.
     """
 
@@ -236,10 +236,16 @@ class Client:
                     raise Unavailable(f"no answer from the daemon at {self.endpoints.request} within {self.write_timeout} s; "
                                       "the write may have been applied: send it again with the same write_id to find out")
                 reply = self._exchange(request, min(self.timeout, left))
-                if reply is not None:
+                if reply is None:
+                    self._reset()  # what the old connection held is gone; the same write, same id, again
+                    self.resends += 1
+                elif reply.WhichOneof("result") == "error" and reply.error.code == pb.Error.Code.UPSTREAM_UNAVAILABLE:
+                    # A relay that cannot reach its upstream now: perhaps applied. The same write
+                    # again, shortly, until it is answered or the time is up.
+                    time.sleep(min(0.1, max(left - 0.1, 0)))
+                    self.resends += 1
+                else:
                     break
-                self._reset()  # what the old connection held is gone; the same write, same id, again
-                self.resends += 1
         if reply.WhichOneof("result") == "error":
             raise Refused(reply.error)
         return reply

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from beacon_signals import Client, ConfigurationError, Refused, Unavailable
+from beacon_signals import beacon_pb2 as pb
 from beacon_signals.endpoints import resolve
 
 from conftest import BIN_DIR, REPO as HERE_REPO, wait_for
@@ -109,6 +111,26 @@ def test_a_write_the_daemon_does_not_answer_is_sent_again_and_applied_once(daemo
     history = list(daemon.client().history("w.k", exact=True))
     assert [event.value for event in history] == [0, 1], "applied exactly once"
     assert result.revision == history[-1].revision
+
+
+def test_a_write_through_a_relay_waits_out_its_upstream_and_is_applied_once(make_daemon):
+    primary = make_daemon(name="primary")
+    relay = make_daemon("--upstream", f"ipc://{primary.runtime_dir}/beacon.req", name="relay")
+    client = relay.client(timeout=1.0, write_timeout=60.0)
+    wait_for(lambda: client.ping() and client.call(ping=pb.Ping()).ping.upstream.reachable, what="the relay to reach its upstream")
+    client.set("w.k", 0)
+    primary.stop(signal.SIGKILL)
+    wait_for(lambda: not client.call(ping=pb.Ping()).ping.upstream.reachable, what="the relay to find its upstream gone")
+    outcome = {}
+    writer = threading.Thread(target=lambda: outcome.update(result=client.set("w.k", 1)))
+    writer.start()
+    wait_for(lambda: client.resends >= 2, what="the relay to answer UPSTREAM_UNAVAILABLE and the client to send again")
+    primary.start()
+    writer.join(60)
+    assert not writer.is_alive()
+    history = list(primary.client().history("w.k", exact=True))
+    assert [event.value for event in history] == [0, 1], "applied exactly once"
+    assert outcome["result"].revision == history[-1].revision
 
 
 def test_no_daemon_is_unavailable_quickly(tmp_path):
