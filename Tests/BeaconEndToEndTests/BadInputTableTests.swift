@@ -83,6 +83,7 @@ struct BadInputTableTests {
             Case(arguments: ["delete"], status: 64, says: "Missing expected argument"),
             Case(arguments: ["history"], status: 64, says: "Missing expected argument"),
             Case(arguments: ["stats", "extra"], status: 64, says: "Unexpected argument 'extra'"),
+            Case(arguments: ["ping", "--wait", "-1"], status: 64, says: "--wait must be 0 to 86400 seconds"),
             // Standard input.
             Case(arguments: ["txn"], input: "", status: 64, says: "no operations on standard input"),
             Case(arguments: ["txn"], input: "tx.a 1\nbroken\n", status: 65, says: "line 2: expected KEY VALUE; nothing applied"),
@@ -109,6 +110,8 @@ struct BadInputTableTests {
             Case(arguments: ["keygen", dir + "/taken"], status: 64, says: "taken.key exists; use --force", daemon: .explicit),
             // The daemon: absent, killed, stopped, endpoints and keys.
             Case(arguments: ["get", "k"], status: 69, says: "no daemon at", daemon: .none),
+            Case(arguments: ["ping", "--wait", "0.3"], status: 69, says: "no daemon at", daemon: .none),
+            Case(arguments: ["ping"], status: 69, says: "no daemon listens at", daemon: .killed),
             Case(arguments: ["get", "k"], status: 69, says: "no daemon listens at", daemon: .killed),
             Case(arguments: ["set", "k", "1"], status: 69, says: "no daemon listens at", daemon: .killed),
             Case(arguments: ["pub"], input: "p.k 1\n", status: 69, says: "no daemon at", daemon: .stopped),

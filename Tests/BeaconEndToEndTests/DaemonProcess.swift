@@ -154,6 +154,8 @@ let canMountTmpfs: Bool = {
 /// so the test process, ends. A test process that crashed or was killed left `beacond`s running
 /// that held `swift test`'s output pipes open, and `swift test` waited for them for ever.
 ///
+/// Its children start with no signal blocked.
+///
 /// One at a time also because Foundation on Linux watches a child's exit through a socket pair
 /// whose child end must be closed everywhere but in the child; spawned from several threads at
 /// once, an end can stay open in this process or leak into a sibling, and `waitUntilExit()` then
@@ -165,6 +167,12 @@ private final class Spawner: @unchecked Sendable {
 
     private init() {
         let thread = Thread { [unowned self] in
+            // Children inherit the signal mask of the thread that starts them, and this one's
+            // creator may be a dispatch worker, which blocks nearly every signal: a `beacon watch`
+            // started so could not be stopped with SIGTERM.
+            var none = sigset_t()
+            sigemptyset(&none)
+            pthread_sigmask(SIG_SETMASK, &none, nil)
             while true {
                 condition.lock()
                 while jobs.isEmpty { condition.wait() }
