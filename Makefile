@@ -27,7 +27,7 @@ help:
 	@echo "make bench-client  client library: write-to-effect latency, mirror throughput, memory"
 	@echo "make bench-peers   Beacon beside raw libzmq, Mosquitto and Redis on one workload"
 	@echo "make bench-scale   catch-up after 1M missed changes, journal size, start-up and memory with 1M keys"
-	@echo "make bench-flood   root's write latency while another peer floods writes, sessions, connections, subscriptions, unread replies"
+	@echo "make bench-flood   root's write latency while another peer floods writes, sessions, connections, subscriptions, unread replies and publications"
 	@echo "make bench-fuzz    3,000,000 random and mutated frames on every socket: no crash, bounded memory"
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"

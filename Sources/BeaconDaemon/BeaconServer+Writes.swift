@@ -139,7 +139,7 @@ extension BeaconServer {
         for (topic, error) in publisher.publishDiffs(changes, epoch: epoch, marks: marks.perChange) {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
         }
-        if publisher.unsent.value > live.limits.publishBufferBytes { closeStalledSubscribers() }
+        if publisher.mayHoldMore(than: live.limits.publishBufferBytes) { closeStalledSubscribers() }
         if changes.count > 1 {
             var marker = Beacon_V1_CommitMarker()
             marker.epoch = epoch
@@ -191,7 +191,7 @@ extension BeaconServer: WritePathDelegate {
             logger.warning("publish failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
         }
         for marker in markers { publishCommitMarkers(marker) }
-        if publisher.unsent.value > live.limits.publishBufferBytes { closeStalledSubscribers() }
+        if publisher.mayHoldMore(than: live.limits.publishBufferBytes) { closeStalledSubscribers() }
     }
 
     func committed(_ batch: [StagedWrite]) {

@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <poll.h>
 
 /// Writes the calling thread's CPU mask (bit n: CPU n may run it) into `mask`, whose size is a
 /// multiple of 8 bytes. Returns the bytes the kernel wrote, or -1 with errno set.
@@ -30,5 +31,14 @@ static inline int cbeacon_name_thread(const char *name) {
 static inline int cbeacon_unread_sent_bytes(int fd) {
     int bytes = 0;
     return ioctl(fd, TIOCOUTQ, &bytes) == 0 ? bytes : -1;
+}
+
+/// Whether the stream socket `fd` takes no more for now: the kernel's send queue is full (poll
+/// says it is not writable). Returns 1 or 0, or -1 with errno set.
+static inline int cbeacon_send_queue_full(int fd) {
+    struct pollfd entry = { .fd = fd, .events = POLLOUT, .revents = 0 };
+    int ready = poll(&entry, 1, 0);
+    if (ready < 0) return -1;
+    return ready == 0 || !(entry.revents & POLLOUT) ? 1 : 0;
 }
 #endif

@@ -34,6 +34,7 @@ struct FloodBench: ParsableCommand {
         case unreadReplies = "Lists of 2 MB, replies never read"
         case unreadRepliesManyConnections = "Lists of 2 MB, 20 connections never read"
         case unreadPublications = "1 MiB values, a subscriber never reads"
+        case unreadSmallPublications = "small values, 48 subscribers never read"
     }
 
     func run() throws {

@@ -44,6 +44,7 @@ struct Flooder {
         case .unreadReplies: return unreadLists(connections: 1, batches: 20, listsPerBatch: 8, until: stop)
         case .unreadRepliesManyConnections: return unreadLists(connections: 20, batches: 1, listsPerBatch: 2, until: stop)
         case .unreadPublications: return unreadPublications(until: stop)
+        case .unreadSmallPublications: return unreadSmallPublications(subscribers: 48, until: stop)
         }
     }
 
@@ -207,6 +208,28 @@ struct Flooder {
             }
         }
         subscriber.close()
+        return counts
+    }
+
+    /// Small puts, 1,000 in flight, while `subscribers` connections subscribed to them read
+    /// nothing (libzmq on this side takes one message each, then the kernel's queues fill).
+    private func unreadSmallPublications(subscribers count: Int, until stop: borrowing Atomic<Bool>) -> FloodCounts {
+        guard let wire = client(), let context = try? ZMQContext() else { return FloodCounts() }
+        let subscribers = (0..<count).compactMap { _ in socket(context, .sub, target.publishEndpoint, receiveHighWaterMark: 1) }
+        for subscriber in subscribers { try? subscriber.subscribe(Array("flood.s.".utf8)) }
+        usleep(300_000)
+        var counts = FloodCounts()
+        while !stop.load(ordering: .relaxed) {
+            while counts.sent - counts.accepted - counts.refused < 1000 {
+                let value = Beacon_V1_Value.with { $0.intValue = Int64(counts.sent) }
+                guard (try? wire.send(.put(.with { $0.key = "flood.s.k\(counts.sent % 100)"; $0.value = value }))) != nil else { break }
+                counts.sent += 1
+            }
+            while let reply = try? wire.receiveReply(timeoutMilliseconds: 1) {
+                if case .error = reply.result { counts.refused += 1 } else { counts.accepted += 1 }
+            }
+        }
+        for subscriber in subscribers { subscriber.close() }
         return counts
     }
 }

@@ -343,7 +343,13 @@ if leaseFlood > 0 {
 
 if stopWhenSubscribed {
     for topic in topics { try client.subscribeRaw(topic) }
-    Thread.sleep(forTimeInterval: 0.3)  // the daemon grants them
+    // The daemon grants subscriptions in the order they came: once a heartbeat arrives on the
+    // control topic subscribed last, the others are granted too.
+    try client.subscribeRaw(WireTopic.controlPrefix)
+    var heardHeartbeat = false
+    while !heardHeartbeat {
+        if case .heartbeat = try client.receivePublication(timeoutMilliseconds: 100) { heardHeartbeat = true }
+    }
     emit("STOPPING")
     raise(SIGSTOP)
     exit(0)

@@ -220,10 +220,15 @@ struct SubscriberBoundsTests {
             try? reader.setReceiveHighWaterMark(0)
             try? reader.connect(endpoint)
             try? reader.subscribe(Array("big.".utf8))
-            subscribed.store(true, ordering: .releasing)
+            // Granted in order: a control message (a heartbeat) says "big." is granted too.
+            try? reader.subscribe(Array(WireTopic.controlPrefix.utf8))
             while !stop.load(ordering: .acquiring) {
-                if let frames = try? reader.receiveMessage(flags: .dontWait), !frames.isEmpty {
-                    received.withLock { $0 += 1 }
+                if let frames = try? reader.receiveMessage(flags: .dontWait), let topic = frames.first {
+                    if topic.bytes.starts(with: Array("big.".utf8)) {
+                        received.withLock { $0 += 1 }
+                    } else {
+                        subscribed.store(true, ordering: .releasing)
+                    }
                 } else {
                     Thread.sleep(forTimeInterval: 0.001)
                 }
@@ -233,7 +238,6 @@ struct SubscriberBoundsTests {
         reading.start()
         defer { stop.store(true, ordering: .releasing) }
         while !subscribed.load(ordering: .acquiring) { Thread.sleep(forTimeInterval: 0.01) }
-        Thread.sleep(forTimeInterval: 0.3)  // the daemon grants the subscription
 
         let pid = daemon.process.processIdentifier
         let peakBefore = try processMemory(of: pid, "VmHWM")
@@ -255,6 +259,36 @@ struct SubscriberBoundsTests {
         let deadline = Date().addingTimeInterval(30)
         while received.withLock({ $0 }) < 300 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
         #expect(received.withLock { $0 } == 300, "the reading subscriber got every diff")
+        #expect(try String(contentsOfFile: daemon.stderrPath, encoding: .utf8).contains("subscribers closed: they do not read"))
+    }
+
+    /// Small publications are not counted one by one; the subscribers that stopped were held to
+    /// `publish_hwm` each (about 18 MB), so that a peer's many connections could hold gigabytes.
+    /// Now sentinels tell how far behind the slowest subscriber is, and the stalled ones are
+    /// closed once what they may hold together passes `publish_buffer_bytes`.
+    @Test func subscribersThatNeverReadSmallDiffsAreClosedWithinTheBound() throws {
+        let (daemon, dir) = try daemonWithConfiguration("publish_buffer_bytes = 8388608")
+        defer { daemon.stop() }
+        let probe = try AccessProbe(directory: dir)
+        var stalled: [Process] = []
+        defer { for process in stalled { kill(process.processIdentifier, SIGKILL) } }
+        for _ in 0..<4 {
+            stalled.append(try probe.startUnreadingPeer(["--runtime-dir", daemon.runtimeDirectory, "--subscribe", "s.", "--stop-when-subscribed"]))
+        }
+        // 60,000 small diffs: 4 × 60,000 × about 180 bytes, 43 MB, would be held without the bound.
+        let pub = Process()
+        pub.executableURL = URL(fileURLWithPath: try binary("beacon"))
+        pub.arguments = ["pub", "--runtime-dir", daemon.runtimeDirectory]
+        let input = dir + "/small.txt"
+        try (1...60_000).map { "s.k\($0 % 100) \($0)\n" }.joined().write(toFile: input, atomically: true, encoding: .utf8)
+        pub.standardInput = FileHandle(forReadingAtPath: input)
+        pub.standardOutput = FileHandle.nullDevice
+        pub.standardError = FileHandle.nullDevice
+        try pub.runSerially()
+        #expect(pub.waitUntilExit(orKillAfterSeconds: 120) && pub.terminationStatus == 0)
+        let root = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
+        let closed = try root.stats().slowSubscribersClosed
+        #expect(closed == 4, "closed: \(closed) of the 4 subscribers that do not read")
         #expect(try String(contentsOfFile: daemon.stderrPath, encoding: .utf8).contains("subscribers closed: they do not read"))
     }
 }

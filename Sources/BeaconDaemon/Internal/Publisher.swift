@@ -33,9 +33,18 @@ final class Publisher {
     /// Bytes of publications of at least ``trackedBytes`` that libzmq holds: not yet written to
     /// every subscriber they went to. A subscriber that reads nothing keeps them all.
     let unsent = BytesInFlight()
-    /// Publications this large or larger are counted in ``unsent``; libzmq's high-water mark
-    /// bounds the smaller ones in number.
+    /// Publications this large or larger are counted in ``unsent``; the smaller ones are
+    /// followed by sentinels (``smallBacklog``).
     static let trackedBytes = 256
+    /// How far the slowest subscriber is behind on small publications.
+    let smallBacklog = SmallPublicationBacklog()
+    /// What one small publication queued for one connection costs libzmq: its topic and body
+    /// frames (64 bytes each) and the body (under ``trackedBytes``, shared by the connections it
+    /// went to, counted for each). Four subscribers that never read held about 180 bytes per
+    /// publication each.
+    static let smallPublicationBytes = 192
+    /// A subscriber this many small publications behind is looked for.
+    static let smallBacklogToCheck: UInt64 = 8 * SmallPublicationBacklog.interval
     /// The largest message a subscriber may send: room for the longest topic and for the commands
     /// of a CURVE handshake (an INITIATE is about 300 bytes).
     static let subscriptionMessageBytes = 512
@@ -295,8 +304,25 @@ final class Publisher {
 
     private func sendBody(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) throws(ZMQError) -> Bool {
         let socket = socket
-        guard count >= Self.trackedBytes else { return try socket.send(count: count, flags: .dontWait, fill: fill) }
+        guard count >= Self.trackedBytes else {
+            if let sentinel = smallBacklog.handing() { return try socket.send(count: count, flags: .dontWait, released: sentinel, fill: fill) }
+            return try socket.send(count: count, flags: .dontWait, fill: fill)
+        }
         return try socket.send(count: count, flags: .dontWait, released: unsent.hand(count), fill: fill)
+    }
+
+    /// Whether libzmq may hold more than `budget` bytes of publications: large ones past it, or
+    /// a subscriber far enough behind on small ones to be looked for.
+    func mayHoldMore(than budget: Int) -> Bool {
+        unsent.value > budget || smallBacklog.backlog >= Self.smallBacklogToCheck
+    }
+
+    /// What libzmq holds of publications, at most, with `stalled` connections not reading: the
+    /// large ones counted, and the small ones each of them may still have queued (no more than
+    /// the high-water mark).
+    func heldBytes(stalledConnections stalled: Int) -> Int {
+        let small = min(smallBacklog.backlog, UInt64(highWaterMark))
+        return unsent.value + stalled * Int(small) * Self.smallPublicationBytes
     }
 
     func close() {
