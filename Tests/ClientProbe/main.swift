@@ -7,6 +7,12 @@
 //   E <a> <b>                                                one per effect run over --pair
 //   S <json object of the mirror> <connection> <repairs> <resyncs> <bundles>   answer to "dump"
 //   BOUND <revision>                                         --session-key written, bound to the session
+//
+// With --codable-write KEY it writes ``Sample/expected`` there through the library's Codable
+// mapping, prints WROTE <revision> and exits; with --codable-read KEY it waits for the value
+// there, decodes it as a ``Sample`` and exits 0 printing MATCH when it equals ``Sample/expected``
+// (else 1, printing what it decoded or why not), so that another client's encoding can be
+// checked against this library's.
 import Beacon
 import Foundation
 
@@ -17,6 +23,8 @@ var highWaterMark: Int32 = 1_000_000
 var pair: (String, String)?
 var sessionKey: String?
 var receivesBundles = true
+var codableWrite: String?
+var codableRead: String?
 while let argument = arguments.popFirst() {
     switch argument {
     case "--runtime-dir": runtimeDirectory = arguments.popFirst() ?? ""
@@ -25,6 +33,8 @@ while let argument = arguments.popFirst() {
     case "--pair": pair = (arguments.popFirst() ?? "", arguments.popFirst() ?? "")
     case "--session-key": sessionKey = arguments.popFirst()
     case "--no-bundles": receivesBundles = false
+    case "--codable-write": codableWrite = arguments.popFirst()
+    case "--codable-read": codableRead = arguments.popFirst()
     default: FileHandle.standardError.write("unknown argument \(argument)\n".data(using: .utf8)!); exit(64)
     }
 }
@@ -35,6 +45,62 @@ configuration.receivesBundles = receivesBundles
 configuration.requestTimeout = .milliseconds(500)
 configuration.sessionTimeout = .seconds(1)
 let client = try BeaconClient(configuration: configuration)
+
+/// A value with every kind the Codable mapping has: a map (the struct), nested maps and lists,
+/// ints, doubles, strings, booleans, bytes and an optional left out.
+struct Sample: Codable, Equatable, Sendable {
+    struct Inner: Codable, Equatable, Sendable {
+        var level: Int
+        var points: [Double]
+    }
+    var name: String
+    var count: Int
+    var ratio: Double
+    var enabled: Bool
+    var tags: [String]
+    var limits: [String: Int]
+    var blob: Data
+    var note: String?
+    var nested: Inner
+
+    static let expected = Sample(name: "sensor-7 ✓", count: -42, ratio: 0.25, enabled: true, tags: ["a", "b"],
+                                 limits: ["lo": 1, "hi": 9], blob: Data([0, 1, 254, 255]), note: nil,
+                                 nested: Inner(level: 3, points: [1.5, -2.0]))
+}
+
+if let key = codableWrite {
+    Task {
+        let result = try await client.set(key, Sample.expected)
+        emit("WROTE \(result.revision)")
+        exit(0)
+    }
+    dispatchMain()
+}
+if let key = codableRead {
+    let placeholder = Sample(name: "", count: 0, ratio: 0, enabled: false, tags: [], limits: [:], blob: Data(), note: "placeholder",
+                             nested: .init(level: 0, points: []))
+    let sample = try client.signal(key, as: Sample.self, default: placeholder)
+    let deadline = Date().addingTimeInterval(10)
+    func check() {
+        if sample.isDeleted == false, sample.version > 0 {
+            do {
+                let decoded = try sample.get()
+                emit(decoded == Sample.expected ? "MATCH" : "MISMATCH \(decoded)")
+                exit(decoded == Sample.expected ? 0 : 1)
+            } catch {
+                emit("UNDECODABLE \(error)")
+                exit(1)
+            }
+        }
+        guard Date() < deadline else {
+            emit("TIMEOUT")
+            exit(1)
+        }
+        DispatchQueue.main.asyncAfter(deadline: .now() + .milliseconds(10)) { check() }
+    }
+    DispatchQueue.main.async { check() }
+    dispatchMain()
+}
 let map = try client.mirror(prefix: prefix, as: Int.self)
 var effects: [Effect] = []
 if let (first, second) = pair {

@@ -202,6 +202,25 @@ def test_values_written_by_the_cli_read_back_here_and_the_other_way(daemon):
     assert printed["p.nested"] == {"l": [1, 1.5, None, {"$bytes": "Yg=="}, "s"]}
 
 
+def test_values_keep_their_shape_between_this_client_and_the_swift_librarys_codable_types(daemon):
+    """The Swift library maps Codable types (structs, arrays, dictionaries, Data, optionals) to
+    wire values; a struct it writes reads back here as the dict it is, and the dict written here
+    decodes there as the same struct (beacon-client-probe's Sample)."""
+    probe = [os.path.join(BIN_DIR, "beacon-client-probe"), "--runtime-dir", daemon.runtime_dir]
+    expected = {"name": "sensor-7 \u2713", "count": -42, "ratio": 0.25, "enabled": True, "tags": ["a", "b"],
+                "limits": {"lo": 1, "hi": 9}, "blob": b"\x00\x01\xfe\xff", "nested": {"level": 3, "points": [1.5, -2.0]}}
+    wrote = subprocess.run(probe + ["--codable-write", "cod.swift"], capture_output=True, text=True, timeout=60)
+    assert wrote.returncode == 0 and wrote.stdout.startswith("WROTE"), wrote
+    client = daemon.client()
+    value = client.get("cod.swift").value
+    assert value == expected  # the optional left out, as Swift's Codable leaves out a nil
+    assert type(value["count"]) is int and type(value["ratio"]) is float and type(value["nested"]["points"][1]) is float
+    assert type(value["blob"]) is bytes
+    client.set("cod.python", dict(expected, note=None))
+    read = subprocess.run(probe + ["--codable-read", "cod.python"], capture_output=True, text=True, timeout=60)
+    assert read.returncode == 0 and read.stdout.strip() == "MATCH", read
+
+
 def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path):
     from beacon_signals.endpoints import read_key_file
     key = "a#b" + "c" * 37
