@@ -131,7 +131,11 @@ struct PubRestartTests {
     /// the new upstream ahead of them. Every line is applied once and in order.
     @Test func throughARelayWhoseFrozenUpstreamIsKilledTheLinesStayInOrder() throws {
         let dir = try temporaryDirectory()
-        var (primary, relay) = try startPrimaryAndRelay(in: dir)
+        // The relay forwards writes while it hears its upstream: for three of the upstream's
+        // heartbeat intervals and half a second after the freeze, 3.5 s here, time enough for a
+        // slow pub to send a window (0.8 s with the tests' usual 100 ms was not, beside a busy core).
+        let slowHeartbeats = ["--heartbeat-ms", "1000"]
+        var (primary, relay) = try startPrimaryAndRelay(in: dir, primaryArguments: slowHeartbeats)
         defer { relay.stop(); primary.stop() }
         // Enough lines that pub still has a window to send when the upstream is frozen, however
         // far the primary got before the test saw it pass 200.
@@ -152,7 +156,8 @@ struct PubRestartTests {
             return stats.writesForwarded >= stats.headRevision + 900 || !pub.isRunning
         } && pub.isRunning, "the relay did not forward a window of writes to its frozen upstream")
         primary.stop(signal: SIGKILL)
-        primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state")
+        primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state",
+                                    extraArguments: slowHeartbeats)
 
         let summary = try Self.summary(of: pub, out)
         #expect(pub.terminationStatus == 0, "\(summary)")

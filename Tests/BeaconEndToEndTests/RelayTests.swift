@@ -72,8 +72,10 @@ final class RelayCluster {
 
 /// A primary and a relay of it over ipc (no CURVE), in `directory` (`primary-run`, `run`),
 /// returned once the relay has reached its upstream.
-func startPrimaryAndRelay(in directory: String, relayArguments: [String] = []) throws -> (primary: DaemonProcess, relay: DaemonProcess) {
-    let primary = try DaemonProcess(runtimeDirectory: directory + "/primary-run", stateDirectory: directory + "/primary-state")
+func startPrimaryAndRelay(in directory: String, primaryArguments: [String] = [],
+                          relayArguments: [String] = []) throws -> (primary: DaemonProcess, relay: DaemonProcess) {
+    let primary = try DaemonProcess(runtimeDirectory: directory + "/primary-run", stateDirectory: directory + "/primary-state",
+                                    extraArguments: primaryArguments)
     let relay = try DaemonProcess(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state",
                                   extraArguments: ["--upstream", "ipc://\(directory)/primary-run/beacon.req"] + relayArguments)
     let run = relay.runtimeDirectory
