@@ -125,36 +125,38 @@ struct PubRestartTests {
         #expect(summary["committed"] as? Int == resumeFrom - 1)
     }
 
-    /// `pub` through a relay whose upstream is frozen (SIGSTOP) while the relay forwards a full
-    /// window of large writes, then killed and started again: the writes in the kernel's buffer
-    /// are lost with the old connection, those still queued in the relay's link must not reach
-    /// the new upstream ahead of them. Every line is applied once and in order.
+    /// `pub` through a relay whose upstream is frozen (SIGSTOP) while the relay forwards writes of
+    /// 16 KiB, more than the kernel's socket buffers hold, then killed and started again: the
+    /// writes in the kernel's buffers are lost with the old connection, and those still queued in
+    /// the relay's link must not reach the new upstream ahead of them. Every line is applied
+    /// once and in order.
     @Test func throughARelayWhoseFrozenUpstreamIsKilledTheLinesStayInOrder() throws {
         let dir = try temporaryDirectory()
         // The relay forwards writes while it hears its upstream: for three of the upstream's
-        // heartbeat intervals and half a second after the freeze, 3.5 s here, time enough for a
-        // slow pub to send a window (0.8 s with the tests' usual 100 ms was not, beside a busy core).
+        // heartbeat intervals and half a second after the freeze, 3.5 s here (0.8 s with the
+        // tests' usual 100 ms), time for a slow pub to send some more.
         let slowHeartbeats = ["--heartbeat-ms", "1000"]
         var (primary, relay) = try startPrimaryAndRelay(in: dir, primaryArguments: slowHeartbeats)
         defer { relay.stop(); primary.stop() }
-        // Enough lines that pub still has a window to send when the upstream is frozen, however
-        // far the primary got before the test saw it pass 200.
-        let count = 20_000
-        let value = String(repeating: "v", count: 1_000)
+        // Enough lines that pub still has writes to send when the upstream is frozen, however far
+        // the primary got before the test saw it pass 100.
+        let count = 1_500
+        let value = String(repeating: "v", count: 16_384)
         let input = dir + "/large.txt"
         try (1...count).map { "su.n\($0) \(value)\n" }.joined().write(toFile: input, atomically: true, encoding: .utf8)
         let (pub, out) = try Self.startPub(reading: input, runtimeDirectory: relay.runtimeDirectory, timeoutMilliseconds: 60_000)
         defer { kill(pub.processIdentifier, SIGKILL) }
 
-        try Self.waitForHead(200, primary, while: pub)
+        try Self.waitForHead(100, primary, while: pub)
         #expect(kill(primary.process.processIdentifier, SIGSTOP) == 0)
-        // pub keeps a window of 1,000 writes in flight: the relay forwards them all, more than
-        // the kernel's socket buffers hold, so that some wait in the link's queue.
+        // 48 writes forwarded and not shown by the upstream are 768 KiB: more than the kernel's
+        // socket buffers (about 208 KiB each way) and libzmq's batch hold, so some wait in the
+        // relay's queue.
         let relayWire = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
         #expect(waitUntil(seconds: 60) {
             guard let stats = try? relayWire.stats() else { return !pub.isRunning }
-            return stats.writesForwarded >= stats.headRevision + 900 || !pub.isRunning
-        } && pub.isRunning, "the relay did not forward a window of writes to its frozen upstream")
+            return stats.writesForwarded >= stats.headRevision + 48 || !pub.isRunning
+        } && pub.isRunning, "the relay did not forward 48 writes to its frozen upstream")
         primary.stop(signal: SIGKILL)
         primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state",
                                     extraArguments: slowHeartbeats)

@@ -298,7 +298,7 @@ final class Relay: WriteAuthority {
     /// write, until this relay's journal holds the write's revision.
     ///
     /// Once a write of a connection is answered `UPSTREAM_UNAVAILABLE`, its later writes are
-    /// answered so too until it sends one of those again, or for a second (``WriteFences``).
+    /// answered so too until it sends one of those again, or for five seconds (``WriteFences``).
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
         guard var op = request.op, let connection = route.connection else { return }  // a ROUTER always gives one
         let writeID = Self.writeID(of: op)

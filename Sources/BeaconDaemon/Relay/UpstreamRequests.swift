@@ -19,8 +19,6 @@ final class UpstreamRequests {
     private(set) var socket: ZMQSocket
     /// Its connection's events: the loop polls the reader.
     private(set) var events: ZMQMonitor
-    /// Counts the sockets opened, from 1.
-    private(set) var generation = 1
     /// Changes whenever a socket is closed or opened: the loop polls ``pollable`` anew.
     private(set) var socketChanges = 0
     /// Whether the current generation's connection finished its handshake: requests can be sent.
@@ -108,7 +106,6 @@ final class UpstreamRequests {
         do {
             (socket, events) = try Self.open(endpoint, context: context)
             socketIsClosed = false
-            generation += 1
             socketChanges += 1
             deadline = now + Self.connectTimeoutMilliseconds
         } catch {

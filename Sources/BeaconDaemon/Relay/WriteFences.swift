@@ -33,8 +33,10 @@ struct WriteFences {
     static let maxConnections = 4096
     /// Write ids kept per fence at most: a client goes back to the first ones.
     static let maxIDsPerConnection = 65_536
-    /// How long a fence stands after the last write it turned away.
-    static let holdMilliseconds: UInt64 = 1000
+    /// How long a fence stands after the last write it turned away: as long as a forwarded write
+    /// waits for its answer, so that what a client sent before it saw the answer is turned away
+    /// even by a relay that fell seconds behind its sockets.
+    static let holdMilliseconds: UInt64 = 5000
 
     /// Connections fenced now.
     var count: Int { fenced.count }
