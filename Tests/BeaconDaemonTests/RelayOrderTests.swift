@@ -88,24 +88,24 @@ struct RelayOrderTests {
         var fences = WriteFences()
         var admitted: Bool
         let id = { (n: Int) in Data("run-\(n)".utf8) }
-        admitted = fences.admits(Self.alice, writeID: id(1), at: 10)
+        admitted = fences.admits(Self.alice, writeID: id(1), at: 10, answersHeld: false)
         #expect(admitted)
         fences.unavailable(Self.alice, writeID: id(1), at: 10)
         fences.unavailable(Self.alice, writeID: id(2), at: 10)
         // Sent before the client saw those answers: it must not go ahead of them.
-        admitted = fences.admits(Self.alice, writeID: id(3), at: 10)
+        admitted = fences.admits(Self.alice, writeID: id(3), at: 10, answersHeld: false)
         #expect(!admitted)
         fences.unavailable(Self.alice, writeID: id(3), at: 10)
-        admitted = fences.admits(Self.alice, writeID: Data(), at: 10)
+        admitted = fences.admits(Self.alice, writeID: Data(), at: 10, answersHeld: false)
         #expect(!admitted, "a write without an id cannot lift a fence")
-        admitted = fences.admits(Self.bob, writeID: id(3), at: 10)
+        admitted = fences.admits(Self.bob, writeID: id(3), at: 10, answersHeld: false)
         #expect(admitted, "another connection is not fenced")
         // The client goes back to its first unanswered write: the fence is lifted.
-        admitted = fences.admits(Self.alice, writeID: id(1), at: 10)
+        admitted = fences.admits(Self.alice, writeID: id(1), at: 10, answersHeld: false)
         #expect(admitted)
-        admitted = fences.admits(Self.alice, writeID: id(2), at: 10)
+        admitted = fences.admits(Self.alice, writeID: id(2), at: 10, answersHeld: false)
         #expect(admitted)
-        admitted = fences.admits(Self.alice, writeID: id(4), at: 10)
+        admitted = fences.admits(Self.alice, writeID: id(4), at: 10, answersHeld: false)
         #expect(admitted)
         #expect(fences.count == 0)
         fences.unavailable(Self.alice, writeID: Data(), at: 10)
@@ -118,9 +118,9 @@ struct RelayOrderTests {
         let connection = { (n: Int) in RoutingID(ZMQMessage(bytes: [1, UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)])) }
         for n in 0...WriteFences.maxConnections { fences.unavailable(connection(n), writeID: Data("w".utf8), at: 10) }
         #expect(fences.count == WriteFences.maxConnections)
-        admitted = fences.admits(connection(0), writeID: Data("other".utf8), at: 10)
+        admitted = fences.admits(connection(0), writeID: Data("other".utf8), at: 10, answersHeld: false)
         #expect(admitted, "the oldest fence went")
-        admitted = fences.admits(connection(WriteFences.maxConnections), writeID: Data("other".utf8), at: 10)
+        admitted = fences.admits(connection(WriteFences.maxConnections), writeID: Data("other".utf8), at: 10, answersHeld: false)
         #expect(!admitted)
     }
 
@@ -129,13 +129,32 @@ struct RelayOrderTests {
         var admitted: Bool
         let hold = WriteFences.holdMilliseconds
         fences.unavailable(Self.alice, writeID: Data("w1".utf8), at: 1000)
-        admitted = fences.admits(Self.alice, writeID: Data("w2".utf8), at: 1000 + hold - 1)
+        admitted = fences.admits(Self.alice, writeID: Data("w2".utf8), at: 1000 + hold - 1, answersHeld: false)
         #expect(!admitted)
         fences.unavailable(Self.alice, writeID: Data("w2".utf8), at: 1000 + hold - 1)
-        admitted = fences.admits(Self.alice, writeID: Data("w3".utf8), at: 1000 + hold)
+        admitted = fences.admits(Self.alice, writeID: Data("w3".utf8), at: 1000 + hold, answersHeld: false)
         #expect(!admitted, "turning w2 away kept the fence up")
-        admitted = fences.admits(Self.alice, writeID: Data("w3".utf8), at: 1000 + 2 * hold - 1)
+        admitted = fences.admits(Self.alice, writeID: Data("w3".utf8), at: 1000 + 2 * hold - 1, answersHeld: false)
         #expect(admitted, "a client that gave up on w1 and w2 goes on")
         #expect(fences.count == 0)
+    }
+
+    /// The client sees an unavailable answer only after the answers before it on its connection,
+    /// and those can wait for the relay's mirror (an upstream that acknowledged writes and froze)
+    /// far longer than the hold: what the client sent meanwhile is still from before it saw it.
+    @Test func aFenceStandsWhileTheConnectionsAnswersAreHeldAndForItsHoldAfterTheLastIsGiven() {
+        var fences = WriteFences()
+        var admitted: Bool
+        let hold = WriteFences.holdMilliseconds
+        fences.unavailable(Self.alice, writeID: Data("w2".utf8), at: 1000)
+        admitted = fences.admits(Self.alice, writeID: Data("w9".utf8), at: 1000 + 3 * hold, answersHeld: true)
+        #expect(!admitted, "the answer to w1 is held, so the client has not seen w2's")
+        fences.answersGiven(Self.alice, at: 1000 + 4 * hold)
+        admitted = fences.admits(Self.alice, writeID: Data("w9".utf8), at: 1000 + 5 * hold - 1, answersHeld: false)
+        #expect(!admitted, "sent before its client saw the answer")
+        fences.answersGiven(Self.bob, at: 1000)
+        #expect(fences.count == 1, "giving answers raises no fence")
+        admitted = fences.admits(Self.alice, writeID: Data("w9".utf8), at: 1000 + 5 * hold, answersHeld: false)
+        #expect(admitted)
     }
 }

@@ -250,7 +250,7 @@ final class Relay: WriteAuthority {
                                              durableRevision: host.writes.durableRevision)
         for entry in shown {
             host.writes.fill(entry.ticket, with: entry.reply)
-            order.answered(for: entry.connection)
+            answered(entry.connection, host: host)
         }
     }
 
@@ -304,7 +304,8 @@ final class Relay: WriteAuthority {
         let writeID = Self.writeID(of: op)
         do throws(Refusal) {
             try checkForwardable(&op, context: context, host: host)
-            if let writeID, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds) {
+            if let writeID, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds,
+                                           answersHeld: order.unanswered[connection] != nil) {
                 throw Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
                     + "so this one was not forwarded (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
             }
@@ -430,7 +431,7 @@ final class Relay: WriteAuthority {
                 + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: writes.durableRevision)
             writes.fill(forwarded.ticket, with: answer)
             fences.unavailable(forwarded.connection, writeID: forwarded.writeID, at: writes.clock.now().milliseconds)
-            return order.answered(for: forwarded.connection)
+            return answered(forwarded.connection, host: host)
         }
         reply.id = forwarded.id
         switch reply.result {
@@ -450,7 +451,14 @@ final class Relay: WriteAuthority {
             break
         }
         writes.fill(forwarded.ticket, with: reply)
-        order.answered(for: forwarded.connection)
+        answered(forwarded.connection, host: host)
+    }
+
+    /// A forwarded request of `connection` was answered. Once none is left, the answers held for
+    /// the connection are on their way to its client, and a fence counts its hold from now.
+    private func answered(_ connection: RoutingID, host: some AuthorityHost) {
+        order.answered(for: connection)
+        if order.unanswered[connection] == nil { fences.answersGiven(connection, at: host.writes.clock.now().milliseconds) }
     }
 
     // MARK: Reporting

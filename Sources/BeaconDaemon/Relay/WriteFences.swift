@@ -10,8 +10,10 @@ import Foundation
 /// until the client sends one of those writes again (by its write id): the sign that it went back
 /// to the first write it could not account for, and sends in order from there. A client that
 /// gives up on those writes instead is not held for long: a fence falls ``holdMilliseconds``
-/// after the last write it turned away (what the client sent before it saw the answer arrives
-/// well within that).
+/// after the last write it turned away, or after the connection's last held answer was given,
+/// whichever is later (what the client sent before it saw the answer arrives well within that).
+/// It stands while the relay holds answers for the connection: the client sees an answer only
+/// after those before it, and those can wait for the relay's mirror far longer than the hold.
 ///
 /// Writes without a write id are never sent again as the same write: they neither set a fence nor
 /// lift one. A value: no sockets; times are passed in (monotonic milliseconds).
@@ -19,7 +21,7 @@ struct WriteFences {
     private struct Fence {
         /// The write ids answered unavailable since the fence went up.
         var ids: Set<Data> = []
-        /// When the last of them was answered.
+        /// When the last of them was answered, or the connection's last held answer given.
         var lastAnswered: UInt64
     }
 
@@ -53,11 +55,20 @@ struct WriteFences {
         if fenced[connection]!.ids.count < Self.maxIDsPerConnection { fenced[connection]!.ids.insert(writeID) }
     }
 
+    /// The relay gave `connection` the last answer it held for it (its client can see the
+    /// unavailable answers behind it now): a fence stands for the hold from now.
+    mutating func answersGiven(_ connection: RoutingID, at now: UInt64) {
+        guard fenced[connection] != nil else { return }
+        fenced[connection]!.lastAnswered = max(fenced[connection]!.lastAnswered, now)
+    }
+
     /// Whether a write of `connection` with `writeID` may be forwarded at `now`: no fence stands,
     /// or the write is one answered unavailable before, which lifts the fence.
-    mutating func admits(_ connection: RoutingID, writeID: Data, at now: UInt64) -> Bool {
+    /// - Parameter answersHeld: whether the relay still holds answers for the connection (its
+    ///   forwarded writes not answered yet): then the fence stands, however long ago it rose.
+    mutating func admits(_ connection: RoutingID, writeID: Data, at now: UInt64, answersHeld: Bool) -> Bool {
         guard let fence = fenced[connection] else { return true }
-        guard now < fence.lastAnswered + Self.holdMilliseconds else {
+        guard answersHeld || now < fence.lastAnswered + Self.holdMilliseconds else {
             fenced[connection] = nil
             return true
         }
