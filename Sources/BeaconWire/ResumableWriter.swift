@@ -11,8 +11,15 @@ import Foundation
 /// next one ahead of what was lost. When the connection ends, the writer connects anew, checks
 /// that the journal is the same one (its epoch), and sends every unanswered write again, in
 /// order: those the daemon applied before are answered with their first result (`replayed`),
-/// the others are applied now. A relay that could not reach its upstream (`UPSTREAM_UNAVAILABLE`:
-/// perhaps applied) is treated the same way.
+/// the others are applied now.
+///
+/// A relay that cannot reach its upstream answers `UPSTREAM_UNAVAILABLE` (perhaps applied), and
+/// turns away this connection's later writes until one of those comes back (PROTOCOL.md §7.6).
+/// The writer then sends nothing new: it waits for the answers to every write in flight, then
+/// until the relay reaches its upstream again (its pings say so, asked at growing intervals),
+/// and sends the writes turned away again, in order, on the same connection. It never sends its
+/// window again while the relay still has the last copy to read: a relay that reads each write
+/// many times falls behind by seconds, and answers nothing in the meantime.
 ///
 /// It stops (``Stopped``) when no daemon answers within the patience, or when the journal was
 /// replaced (writes answered before are in the old one, and unanswered ones cannot be known).
@@ -67,6 +74,13 @@ public final class ResumableWriter {
     /// When a relay first answered that it could not reach its upstream, since the last write
     /// it applied.
     private var upstreamUnavailableSince: UInt64?
+    /// Writes a relay turned away because it could not reach its upstream, to be sent again once
+    /// nothing is in flight and it can.
+    private var turnedAway = Set<Int>()
+    /// How long the writer waits before it asks again whether a relay reaches its upstream
+    /// (doubled each time, up to a second; back to the least after a write is applied).
+    private var upstreamPollMicroseconds = upstreamPollLeastMicroseconds
+    private static let upstreamPollLeastMicroseconds: useconds_t = 50_000
     /// How many times the writer sent its unanswered writes again.
     public private(set) var resends = 0
     /// New connections since the last answer: a write that ends every connection it is sent on
@@ -97,7 +111,8 @@ public final class ResumableWriter {
     /// - Returns: the answers that came meanwhile, in the order they came. When it throws, those
     ///   are in ``takeAnswers()``.
     public func submit(_ op: Beacon_V1_Request.OneOf_Op, line: Int) throws(Stopped) -> [Outcome] {
-        while pending.count - pendingStart >= window { try receiveOne() }
+        // Nothing new goes while writes wait to be sent again: the relay would turn it away.
+        while pending.count - pendingStart >= window || !turnedAway.isEmpty { try receiveOne() }
         let identified = Self.withWriteID(op, Array("\(runID)-\(line)".utf8))
         pending.append(Pending(line: line, op: identified, requestID: 0))
         try send(index: pending.count - 1)
@@ -138,6 +153,7 @@ public final class ResumableWriter {
     }
 
     private func receiveOne() throws(Stopped) {
+        if indexOfRequest.isEmpty && !turnedAway.isEmpty { return try resendTurnedAwayOnceTheUpstreamIsReachable() }
         let reply: Beacon_V1_Reply?
         do {
             reply = try client.receiveReply(timeoutMilliseconds: 100)
@@ -162,17 +178,15 @@ public final class ResumableWriter {
         switch reply.result {
         case .write(let write):
             upstreamUnavailableSince = nil
+            upstreamPollMicroseconds = Self.upstreamPollLeastMicroseconds
             answers.append(.committed(line: line, write))
         case .error(let error) where error.code == .upstreamUnavailable:
-            // Perhaps applied: asked again with its write id, with what follows it, once the
+            // Perhaps applied: sent again with its write id, with what follows it, once the
             // relay reaches its upstream again.
-            let since = upstreamUnavailableSince ?? now
-            upstreamUnavailableSince = since
-            if (now - since) / 1_000_000 >= UInt64(patienceMilliseconds) {
-                throw Stopped(reason: .unavailable, description: "\(error.message) (for \(patienceMilliseconds) ms)")
-            }
-            usleep(100_000)
-            try resendAfterReconnecting(restoring: index)
+            upstreamUnavailableSince = upstreamUnavailableSince ?? now
+            try checkUpstreamPatience(error.message)
+            pending[index].requestID = 0
+            turnedAway.insert(index)
             return
         case .error(let error):
             answers.append(.refused(line: line, error))
@@ -201,12 +215,55 @@ public final class ResumableWriter {
         }
     }
 
-    /// Connects anew (same journal, or stop) and sends every unanswered write again, in order.
-    /// `restoring` is a write whose answer asked for it to be sent again.
-    private func resendAfterReconnecting(restoring: Int? = nil) throws(Stopped) {
-        var unanswered = Set(indexOfRequest.values)
-        if let restoring { unanswered.insert(restoring) }
-        let inOrder = unanswered.sorted()
+    /// Stops when a relay has not reached its upstream for the whole patience.
+    private func checkUpstreamPatience(_ message: String) throws(Stopped) {
+        guard let since = upstreamUnavailableSince,
+              (DispatchTime.now().uptimeNanoseconds - since) / 1_000_000 >= UInt64(patienceMilliseconds) else { return }
+        throw Stopped(reason: .unavailable, description: "\(message) (for \(patienceMilliseconds) ms)")
+    }
+
+    /// Every write in flight is answered, and a relay turned some away: once the relay reaches
+    /// its upstream again, they are sent again in order on this connection (the first one lifts
+    /// the relay's fence on the connection's writes).
+    private func resendTurnedAwayOnceTheUpstreamIsReachable() throws(Stopped) {
+        while true {
+            try checkUpstreamPatience("the relay at \(client.requestEndpoint) does not reach its upstream")
+            usleep(upstreamPollMicroseconds)
+            upstreamPollMicroseconds = min(upstreamPollMicroseconds * 2, 1_000_000)
+            let ping: Beacon_V1_PingReply
+            do throws(WireError) {
+                ping = try client.ping(timeoutMilliseconds: 1_000)
+            } catch where error.kind == .refused {
+                throw Stopped(reason: .refused, description: error.message)
+            } catch where error.kind == .timeout {
+                // A relay busy with its backlog: asked again, within the patience.
+                let waited = (DispatchTime.now().uptimeNanoseconds - lastProgress) / 1_000_000
+                if waited >= UInt64(patienceMilliseconds) {
+                    throw Stopped(reason: .unavailable, description: "no answer from the daemon at \(client.requestEndpoint) within \(patienceMilliseconds) ms")
+                }
+                continue
+            } catch {
+                return try resendAfterReconnecting()
+            }
+            guard ping.epoch == epoch else {
+                throw Stopped(reason: .journalReplaced, description: "the daemon's journal was replaced (epoch \(epoch), now \(ping.epoch))")
+            }
+            lastProgress = DispatchTime.now().uptimeNanoseconds
+            if !ping.hasUpstream || ping.upstream.reachable { break }
+        }
+        resends += 1
+        for index in turnedAway.sorted() {
+            guard let id = try? client.send(pending[index].op) else { return try resendAfterReconnecting() }
+            pending[index].requestID = id
+            indexOfRequest[id] = index
+            turnedAway.remove(index)
+        }
+    }
+
+    /// Connects anew (same journal, or stop) and sends every unanswered write again, in order:
+    /// those in flight and those a relay turned away.
+    private func resendAfterReconnecting() throws(Stopped) {
+        let inOrder = Set(indexOfRequest.values).union(turnedAway).sorted()
         while true {
             reconnectionsWithoutAnswer += 1
             if reconnectionsWithoutAnswer > Self.reconnectionsWithoutAnswerLimit {
@@ -232,7 +289,10 @@ public final class ResumableWriter {
                 pending[index].requestID = id
                 indexOfRequest[id] = index
             }
-            if sentAll { return }
+            if sentAll {
+                turnedAway.removeAll()
+                return
+            }
         }
     }
 

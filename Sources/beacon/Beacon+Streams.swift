@@ -120,7 +120,7 @@ extension Beacon {
                 summary["stopped"] = true
                 text += "; stopped at line \(number) (--strict): resume after fixing it"
             }
-            if writer.resends > 0 { summary["reconnections"] = writer.resends }
+            if writer.resends > 0 { summary["resends"] = writer.resends }
             connection.print(summary, text: text)
             if let stopped { throw ExitCode(Self.exitCode(stopped)) }
             if interruption != 0 { throw ExitCode(128 + interruption) }

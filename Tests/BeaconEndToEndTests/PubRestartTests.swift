@@ -55,6 +55,11 @@ struct PubRestartTests {
         try WireClient.patient(runtimeDirectory: runtimeDirectory).wholeHistory("su.").map(\.change.key)
     }
 
+    /// The ends of a relay's and its upstream's logs, for a failure's message.
+    static func diagnosis(_ relay: DaemonProcess, _ primary: DaemonProcess) -> String {
+        "relay:\n\(relay.stderr.suffix(2000))\nupstream:\n\(primary.stderr.suffix(1000))"
+    }
+
     static func expectedKeys(through last: Int) -> [String] { last < 1 ? [] : (1...last).map { "su.n\($0)" } }
 
     /// Waits until the daemon's head reaches `revision` (or pub ends).
@@ -128,8 +133,10 @@ struct PubRestartTests {
     /// `pub` through a relay whose upstream is frozen (SIGSTOP) while the relay forwards writes of
     /// 16 KiB, more than the kernel's socket buffers hold, then killed and started again: the
     /// writes in the kernel's buffers are lost with the old connection, and those still queued in
-    /// the relay's link must not reach the new upstream ahead of them. Every line is applied
-    /// once and in order.
+    /// the relay's link must not reach the new upstream ahead of them. Meanwhile pub waits for
+    /// the relay to reach its upstream, rather than send its window again and again (a relay
+    /// reading each write many times fell so far behind that pub heard nothing for a minute, and
+    /// a stale write slipped past the relay's fence). Every line is applied once and in order.
     @Test func throughARelayWhoseFrozenUpstreamIsKilledTheLinesStayInOrder() throws {
         let dir = try temporaryDirectory()
         // The relay forwards writes while it hears its upstream: for three of the upstream's
@@ -153,10 +160,27 @@ struct PubRestartTests {
         // socket buffers (about 208 KiB each way) and libzmq's batch hold, so some wait in the
         // relay's queue.
         let relayWire = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
+        var requestsAtFreeze: UInt64 = 0
         #expect(waitUntil(seconds: 60) {
             guard let stats = try? relayWire.stats() else { return !pub.isRunning }
+            requestsAtFreeze = stats.requests
             return stats.writesForwarded >= stats.headRevision + 48 || !pub.isRunning
-        } && pub.isRunning, "the relay did not forward 48 writes to its frozen upstream")
+        } && pub.isRunning, "the relay did not forward 48 writes to its frozen upstream: \(Self.diagnosis(relay, primary))")
+        // While the relay cannot reach its upstream, pub waits for it: it does not send its
+        // window again and again (each time more for the relay to read before it answers
+        // anything, until pub's patience ran out with no answer at all).
+        var requestsWhileUnreachable: UInt64 = 0
+        var statsAsked: UInt64 = 0  // the test's own requests
+        #expect(waitUntil(seconds: 60) {
+            statsAsked += 1
+            guard let stats = try? relayWire.stats() else { return !pub.isRunning }
+            let others = stats.requests - requestsAtFreeze
+            requestsWhileUnreachable = others - min(statsAsked, others)
+            let now = UInt64(Date().timeIntervalSince1970 * 1000)
+            let unheardFor = now - min(stats.upstream.lastHeardMs, now)
+            return (!stats.upstream.reachable && unheardFor >= 10_000) || !pub.isRunning
+        } && pub.isRunning, "the relay did not go 10 s without hearing its frozen upstream: \(Self.diagnosis(relay, primary))")
+        #expect(requestsWhileUnreachable < 500, "pub sent \(requestsWhileUnreachable) requests while the relay could not reach its upstream")
         primary.stop(signal: SIGKILL)
         primary = try DaemonProcess(runtimeDirectory: dir + "/primary-run", stateDirectory: dir + "/primary-state",
                                     extraArguments: slowHeartbeats)
@@ -168,7 +192,7 @@ struct PubRestartTests {
         #expect(keys.count == count, "\(keys.count) changes for \(count) lines")
         let expected = Self.expectedKeys(through: count)
         let firstOutOfOrder = keys.indices.first { $0 >= expected.count || keys[$0] != expected[$0] }
-        #expect(firstOutOfOrder == nil, "out of order from change \(firstOutOfOrder ?? 0): \(keys[(firstOutOfOrder ?? 0)...].prefix(3))")
+        #expect(firstOutOfOrder == nil, "out of order from change \(firstOutOfOrder ?? 0): \(keys[(firstOutOfOrder ?? 0)...].prefix(3)), \(summary): \(Self.diagnosis(relay, primary))")
     }
 
     /// `pub` through a relay whose upstream is stopped (or killed) and started again under it:
@@ -195,7 +219,7 @@ struct PubRestartTests {
         let summary = try Self.summary(of: pub, out)
         #expect(pub.terminationStatus == 0, "\(summary)")
         #expect(summary["committed"] as? Int == 10_000)
-        #expect((summary["reconnections"] as? Int ?? 0) > 0, "pub sent nothing again: \(summary)")
+        #expect((summary["resends"] as? Int ?? 0) > 0, "pub sent nothing again: \(summary)")
         let keys = try Self.journalKeys(primary.runtimeDirectory)
         #expect(keys.count == 10_000, "trial \(trial): \(keys.count) changes for 10,000 lines")
         #expect(keys == Self.expectedKeys(through: 10_000), "trial \(trial): holes, or lines out of order")
