@@ -1,67 +1,36 @@
 import BeaconJournal
-import BeaconProtocol
-import BeaconZMQ
 import Foundation
 import Logging
-import Synchronization
 
 /// The authoritative Beacon server: binds the request and publish sockets, orders and journals
 /// writes, publishes diffs and heartbeats, and serves reads, snapshots, deltas and history.
 ///
-/// The sockets and the in-memory state belong to one loop thread that ``start()`` spawns. The
-/// journal belongs to the write pipeline (`WritePipeline`), which hands it to the loop only while
-/// no batch is committing on the commit thread. Other threads talk to the server only through
-/// ``requestStop()``, ``requestReload(_:)`` and ``waitUntilStopped()``.
+/// This is the server's public face and lifecycle. ``start()`` builds the running daemon (a
+/// `ServerLoop`: journal open, state loaded, sockets bound) and starts its loop thread, which
+/// owns the sockets and the in-memory state from then on. The journal belongs to the write
+/// pipeline (`WritePipeline`), which hands it to the loop only while no batch is committing on
+/// the commit thread. Other threads talk to the server only through ``requestStop()``,
+/// ``requestReload(_:)`` and ``waitUntilStopped()``.
 public final class BeaconServer: @unchecked Sendable {
     /// The configuration the server started with.
     public let configuration: DaemonConfiguration
     /// Where the server reports readiness, status and watchdog keep-alives (systemd); set it
     /// before ``start()``.
     public var notifier: SystemdNotifier?
-    let logger: Logger
+    private let logger: Logger
     /// Where the daemon reads the time.
-    let clock: any DaemonClock
+    private let clock: any DaemonClock
     /// What other threads use to stop, reload and wait for the loop.
     private let control: LoopControl
-    /// Created, running (holding the runtime directory), or stopped.
+    /// Created, or started.
     private var lifecycle: Lifecycle
 
     private enum Lifecycle {
         /// Not started: the journal is opened with this at ``start()``.
         case created(openJournal: (DaemonConfiguration) throws(JournalError) -> any JournalStore)
-        /// Started: the runtime directory is this daemon's while it holds the lock.
-        case running(InstanceLock)
-        case stopped
+        /// Started: the running daemon, which its loop thread owns (until it stopped).
+        case started(ServerLoop)
     }
-
-    // Loop-thread state. Written before the thread starts, then only on it. Without dynamic
-    // exclusivity checks: a write touched these about twenty times, and each check cost as much
-    // as the access it guarded (a tenth of the loop's time). No access to them calls back into
-    // code that accesses them again, which is what a check would catch.
-    /// The settings in force: ``configuration`` plus reloads.
-    @exclusivity(unchecked) var live: DaemonConfiguration
-    /// The store, the journal and the writes on their way into it, with their replies and timers;
-    /// nil until ``start()``.
-    @exclusivity(unchecked) private(set) var writes: WritePath!
-    /// Who decides writes: this daemon against its journal, or the upstream it relays.
-    @exclusivity(unchecked) var authority: any WriteAuthority = JournalAuthority()
-    /// Rights, scopes and per-peer usage.
-    @exclusivity(unchecked) var access: AccessControl
-    /// The loop's own timers: heartbeats, compaction, systemd's watchdog and status, the publish socket.
-    @exclusivity(unchecked) var timers = TimerQueue<LoopTimer>()
-    /// Counters, rates and the throttle of log lines peers can cause.
-    @exclusivity(unchecked) var stats: DaemonStats
-    /// Compaction, backups and the scan for subscribers that do not read.
-    @exclusivity(unchecked) var maintenance: Maintenance
-    /// The sockets, libzmq's context and the replies on their way out; nil until ``start()``.
-    @exclusivity(unchecked) private(set) var network: DaemonNetwork!
-
-    /// The request socket.
-    var router: ZMQSocket { network.router }
-    /// The publish socket, its subscriptions and the prefixes it sequences.
-    var publisher: Publisher { network.publisher }
-    /// Connections to the request and publish sockets, per peer and in all.
-    var connections: ConnectionGuard { network.connections }
 
     /// Creates a server; nothing is opened until ``start()``.
     /// - Parameters:
@@ -81,10 +50,6 @@ public final class BeaconServer: @unchecked Sendable {
         self.clock = clock
         self.logger = logger
         lifecycle = .created(openJournal: openJournal)
-        stats = DaemonStats(startedAt: clock.now())
-        live = configuration
-        access = AccessControl(policy: configuration.access, limits: configuration.limits)
-        maintenance = Maintenance(backups: BackupCopies(directory: configuration.stateDirectory))
         do {
             control = try LoopControl()
         } catch {
@@ -98,59 +63,24 @@ public final class BeaconServer: @unchecked Sendable {
     /// - Throws: ``DaemonError`` when directories, the lock, the journal or a socket fail.
     public func start() throws(DaemonError) {
         guard case .created(let openJournal) = lifecycle else { preconditionFailure("a server starts once") }
-        let config = configuration
-        try Self.makeDirectory(config.runtimeDirectory, mode: 0o755)
-        try Self.makeDirectory(config.stateDirectory, mode: 0o750)
-        let lock = try InstanceLock(path: config.runtimeDirectory + "/beacond.lock")
-        let wake = control.wake
-        do {
-            let journal = try whileStarting("checking and opening the journal") { () throws(JournalError) in try openJournal(config) }
-            writes = WritePath(journal: journal, clock: clock, settings: writeSettings(config), logger: logger, delegate: self) { wake.wake() }
-        } catch {
-            lock.release()
-            throw DaemonError(error.code == .locked ? .alreadyRunning : .journal, error.description, underlying: error)
-        }
-        do {
-            try whileStarting("loading the current state") { () throws(DaemonError) in try loadState() }
-            network = try DaemonNetwork(configuration: config, watchdog: notifier?.watchdogInterval != nil, now: clock.now(),
-                                        replyHighWaterMark: Self.replyHighWaterMark, replyLimits: Self.replyLimits(config.limits),
-                                        logger: logger)
-            try chooseAuthority()
-        } catch {
-            network?.close()
-            network = nil
-            writes.close()
-            lock.release()
-            throw error
-        }
-        lifecycle = .running(lock)
-        maintenance.backups.removeLeftovers()
-        stats.journalBytes = writes.pipeline.sizeInBytes
-        if writes.pipeline.isCompacting {
-            maintenance.compaction.startedAt = StepPacer.monotonicNanoseconds()
-            logger.info("resuming the journal compaction an earlier run left unfinished", metadata: [
-                "journal.compacted": "\(writes.pipeline.compactedRevision)"])
-        }
-        if config.curveKeys != nil, !config.access.rules.contains(where: { if case .key = $0.subject { true } else { false } }) {
-            logger.warning("CURVE is on but no 'allow = key:...' rule lists a client key: no tcp client can connect")
-        }
-        logger.info("beacond started", metadata: [
-            "runtime.dir": "\(config.runtimeDirectory)", "journal.path": "\(config.journalPath)",
-            "journal.epoch": "\(writes.epoch)", "journal.head": "\(writes.headRevision)",
-            "keys": "\(writes.store.liveCount)", "endpoints": "\((network.requestEndpoints + publisher.endpoints).joined(separator: ","))",
-        ])
-        notifier?.ready(status: statusLine(writesPerSecond: 0))
-        let thread = Thread { [self] in self.loop() }
+        try Self.makeDirectory(configuration.runtimeDirectory, mode: 0o755)
+        try Self.makeDirectory(configuration.stateDirectory, mode: 0o750)
+        let lock = try InstanceLock(path: configuration.runtimeDirectory + "/beacond.lock")
+        let loop = try ServerLoop(configuration: configuration, lock: lock, openJournal: openJournal, clock: clock,
+                                  control: control, notifier: notifier, logger: logger)
+        lifecycle = .started(loop)
+        loop.announceStart()
+        let thread = Thread { loop.run() }
         thread.name = "beacond-loop"
         thread.stackSize = 8 << 20
         control.markStarted()
         thread.start()
     }
 
-    /// Runs a slow part of ``start()``, keeping systemd's start timeout from running out meanwhile.
-    private func whileStarting<Result, Failure: Error>(_ what: String, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-        guard let notifier else { return try body() }
-        return try notifier.extendingStartTimeout(what, body)
+    /// The running daemon, once started (for tests that reach into its parts).
+    var running: ServerLoop? {
+        guard case .started(let loop) = lifecycle else { return nil }
+        return loop
     }
 
     /// Whether ``start()`` has succeeded (the loop is running or has run).
@@ -171,70 +101,10 @@ public final class BeaconServer: @unchecked Sendable {
         control.requestReload(configuration)
     }
 
-    private func applyPendingReload() {
-        guard let next = control.takeReload() else { return }
-        let restartOnly: [(String, Bool)] = [
-            ("runtime_dir", next.runtimeDirectory != live.runtimeDirectory),
-            ("state_dir", next.stateDirectory != live.stateDirectory),
-            ("request_endpoint", next.extraRequestEndpoints != live.extraRequestEndpoints),
-            ("publish_endpoint", next.extraPublishEndpoints != live.extraPublishEndpoints),
-            ("durability", next.durability != live.durability),
-            ("socket_mode", next.socketMode != live.socketMode),
-            ("publish_hwm", next.publishHighWaterMark != live.publishHighWaterMark),
-            ("curve_secret_key_file", next.curveKeys != live.curveKeys),
-            ("tcp_insecure", next.tcpInsecure != live.tcpInsecure),
-            ("pending_requests", next.limits.pendingRequests != live.limits.pendingRequests),
-            ("loop_cpu", next.loopCPU != live.loopCPU),
-            ("upstream", next.upstream != live.upstream),
-        ]
-        for (name, changed) in restartOnly where changed {
-            logger.warning("setting changed on reload; it takes effect at the next start", metadata: ["setting": "\(name)"])
-        }
-        live.heartbeatIntervalMilliseconds = next.heartbeatIntervalMilliseconds
-        live.retention = next.retention
-        live.compactionIntervalSeconds = next.compactionIntervalSeconds
-        live.maxBatch = next.maxBatch
-        live.sessionTTLMilliseconds = next.sessionTTLMilliseconds
-        writes.settings = writeSettings(live)
-        let policyChanged = next.access != live.access
-        live.access = next.access
-        live.limits = next.limits
-        let rightsChanged = access.reload(policy: live.access, limits: live.limits)
-        connections.setPerPeerLimit(Int(live.limits.connectionsPerPeer))
-        network.replyFlows.limits = Self.replyLimits(live.limits)
-        if policyChanged || rightsChanged {
-            // Subscriptions were granted under the old rights: open the publish socket anew so that
-            // every subscriber reconnects and subscribes under the new ones (it repairs any gap).
-            reopenPublisher(reason: policyChanged ? "the access rules changed" : "a connected peer's groups changed")
-        }
-        logger.info("configuration reloaded", metadata: [
-            "heartbeat.ms": "\(live.heartbeatIntervalMilliseconds)", "allow.rules": "\(live.access.rules.count)"])
-        notifier?.ready(status: statusLine(writesPerSecond: 0))
-    }
-
-    /// The one-line status systemd shows.
-    func statusLine(writesPerSecond: Double) -> String {
-        "revision \(writes.headRevision), \(writes.store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
-            + "\(Int(writesPerSecond.rounded())) writes/s, journal \(writes.pipeline.sizeInBytes / 1024) KiB"
-            + (writes.isReadOnly ? ", READ-ONLY: \(writes.backoff.reason ?? "journal unwritable")" : "")
-            + servingStatus
-            + authority.statusLine(headRevision: writes.headRevision)
-    }
-
-    /// What the status line says when libzmq has moved no message for more than a watchdog interval.
-    private var servingStatus: String {
-        guard let servingProbe = network.servingProbe, let interval = notifier?.watchdogInterval else { return "" }
-        let silent = servingProbe.lastArrival.milliseconds(until: clock.now())
-        return silent > UInt64(interval.components.seconds * 1000) + UInt64(interval.components.attoseconds / 1_000_000_000_000_000)
-            ? ", NOT SERVING: libzmq has moved no message for \(silent / 1000) s" : ""
-    }
-
     /// Waits until the loop has finished and everything is closed.
     public func waitUntilStopped() async {
         await control.waitUntilFinished()
     }
-
-    // MARK: Start-up
 
     static func makeDirectory(_ path: String, mode: Int) throws(DaemonError) {
         do {
@@ -243,241 +113,5 @@ public final class BeaconServer: @unchecked Sendable {
         } catch {
             throw DaemonError(.startup, "cannot create directory \(path): \(error.localizedDescription)")
         }
-    }
-
-    /// Loads the store from the journal, with the timers of what expires or is bound to a
-    /// session (a relay's keys expire at its upstream, which sends the deletes).
-    func loadState() throws(DaemonError) {
-        do {
-            try writes.load()
-        } catch {
-            throw DaemonError(.journal, error.description, underlying: error)
-        }
-    }
-
-    /// The write path's settings in `configuration`.
-    private func writeSettings(_ configuration: DaemonConfiguration) -> WritePath.Settings {
-        WritePath.Settings(sessionTTLMilliseconds: configuration.sessionTTLMilliseconds, maxBatch: configuration.maxBatch,
-                           expiresKeys: configuration.upstream == nil)
-    }
-
-    /// Opens the publish socket anew: subscribers reconnect and subscribe anew (and repair what
-    /// they missed). An endpoint the old socket still holds (a tcp port in the kernel's hands)
-    /// is bound again by a timer, never given up.
-    func reopenPublisher(reason: String) {
-        access.resetSubscriptions()
-        do {
-            try publisher.reopen(now: clock.now())
-        } catch {
-            logger.critical("publish socket could not be created; stopping", metadata: ["error": "\(error)"])
-            control.requestStop()
-            return
-        }
-        bindPublishEndpoints()
-        logger.info("publish socket opened anew; subscribers reconnect", metadata: ["reason": "\(reason)"])
-    }
-
-    /// Binds the publish endpoints still unbound; a timer tries again for those that fail.
-    func bindPublishEndpoints() {
-        for (endpoint, error) in publisher.bindPending() {
-            logger.warning("publish endpoint not bound yet; trying again", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
-        }
-        if !publisher.unboundEndpoints.isEmpty { timers.schedule(.publisherRebind, at: clock.now().adding(milliseconds: 100)) }
-    }
-
-    /// Logs connections shed over a limit (throttled: a peer can cause thousands).
-    func logShed(_ shed: [ConnectionGuard.Shed]) {
-        guard let first = shed.first, let held = stats.logThrottle.admit("connection.shed", now: clock.now()) else { return }
-        logger.notice("connections closed at once: over a connection limit", metadata: [
-            "peer": "\(first.peer)", "limit": "\(first.verdict == .shedPeerLimit ? "connections_per_peer" : "descriptors")",
-            "connections": "\(shed.count)", "held.back": "\(held)"])
-    }
-
-    // MARK: Loop
-
-    /// What the loop polls: built anew when the publish socket is reopened, or the write
-    /// authority's sockets are replaced.
-    private struct PollSet {
-        let poller: ZMQPoller
-        /// The publish socket's and the write authority's generations it was built for.
-        let generation: Int, authorityGeneration: Int
-        let requests: Int, subscriptions: Int, wake: Int, authentication: Int
-        let probe: Int?
-        let monitors: [(socket: ConnectionLedger.Socket, index: Int)]
-
-        func isReadable(_ index: Int) -> Bool { poller.readyEvents(index).contains(.readable) }
-    }
-
-    /// The sockets there are now, each component's with them (the write authority's are serviced every pass).
-    private func makePollSet() -> PollSet {
-        let poller = ZMQPoller()
-        let set = PollSet(
-            poller: poller, generation: publisher.generation, authorityGeneration: authority.socketGeneration, requests: poller.add(router), subscriptions: poller.add(publisher.socket),
-            wake: poller.add(fileDescriptor: control.wake.fileDescriptor), authentication: poller.add(network.zap),
-            probe: network.servingProbe.map { poller.add($0.pollable) },
-            monitors: connections.monitors.map { ($0.key, poller.add($0.value.reader)) })
-        authority.register(in: set.poller)
-        return set
-    }
-
-    private func loop() {
-        nameCurrentThread("beacond-loop")
-        writes.ownership.claim()
-        do {
-            try network.placement?.apply()
-        } catch {
-            logger.warning("the loop could not join libzmq's I/O thread on its CPU", metadata: ["error": "\(error)"])
-        }
-        scheduleLoopTimers(from: clock.now())
-        var polled = makePollSet()
-        /// Whether the last pass read requests (compaction steps yield to them).
-        var servedRequests = false
-        while !control.isStopRequested {
-            let now = clock.now()
-            if polled.generation != publisher.generation || polled.authorityGeneration != authority.socketGeneration {
-                polled = makePollSet()
-            }
-            do {
-                try polled.poller.poll(timeoutMilliseconds: pollTimeout(now: now, busy: servedRequests))
-            } catch {
-                logger.error("poll failed", metadata: ["error": "\(error)"])
-                break
-            }
-            servedRequests = serviceReady(polled, now: now)
-            let after = clock.now()
-            writes.fireDueTimers(at: after)
-            while let (timer, _) = timers.popDue(at: after) { fire(timer, at: after) }
-            if compactionStepWait(busy: servedRequests) == 0 { compactionStep() }
-            if backupStepWait(busy: servedRequests) == 0 { backupStep() }
-            authority.finishPass(host: self)
-            if network.replyFlows.hasWaiting { flushKeptReplies() }
-            applyPendingReload()
-        }
-        shutDown()
-    }
-
-    /// How long the loop may wait for its sockets: until the next timer, a step of a compaction or
-    /// a backup, a kept reply worth offering again, or the write authority's next deadline.
-    private func pollTimeout(now: MonotonicTime, busy: Bool) -> Int {
-        let deadline = min(timers.nextDeadline ?? .distantFuture, writes.nextDeadline ?? .distantFuture)
-        var timeout = Int(min(now.milliseconds(until: deadline), 60_000))
-        for wait in [compactionStepWait(busy: busy), backupStepWait(busy: busy)] {
-            guard let wait else { continue }
-            timeout = wait == 0 ? 0 : min(timeout, Int(wait / 1_000_000) + 1)
-        }
-        // Kept replies are offered again soon: a connection reading them is not told so.
-        if network.replyFlows.hasWaiting { timeout = min(timeout, 2) }
-        if let wait = authority.pollTimeoutMilliseconds { timeout = min(timeout, wait) }
-        return timeout
-    }
-
-    /// Does what the sockets that polled ready call for, in an order that keeps the books right:
-    /// connections counted before their requests, finished commits answered before new requests.
-    /// - Returns: whether requests were read.
-    private func serviceReady(_ polled: PollSet, now: MonotonicTime) -> Bool {
-        if polled.isReadable(polled.wake) { control.wake.drain() }
-        authority.service(host: self)
-        for (monitor, index) in polled.monitors where polled.isReadable(index) { drainConnections(monitor) }
-        if polled.isReadable(polled.authentication) { drainAuthentication() }
-        if let probe = polled.probe, polled.isReadable(probe) { network.servingProbe?.drain(now: now) }
-        writes.completeCommitIfReady()
-        if polled.isReadable(polled.subscriptions) { drainSubscriptions() }
-        guard polled.isReadable(polled.requests) else { return false }
-        drainRequests()
-        return true
-    }
-
-    /// systemd's watchdog interval in milliseconds, if it watches.
-    private var watchdogMilliseconds: UInt64? {
-        notifier?.watchdogInterval.map { UInt64($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
-    }
-
-    private func scheduleLoopTimers(from started: MonotonicTime) {
-        timers.schedule(.heartbeat, at: started)
-        timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalSeconds * 1000))
-        // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
-        if watchdogMilliseconds != nil { timers.schedule(.watchdog, at: started) }
-        if notifier != nil { timers.schedule(.status, at: started.adding(milliseconds: 2000)) }
-        stats.writesAtLastStatus = stats.writes
-    }
-
-    /// Does what `timer` is for, and sets it again if it repeats.
-    private func fire(_ timer: LoopTimer, at now: MonotonicTime) {
-        switch timer {
-        case .heartbeat:
-            stats.writeRate.record(stats.writes, at: now.milliseconds)
-            stats.publicationRate.record(publisher.published, at: now.milliseconds)
-            publisher.tracker.expireLeases(nowMilliseconds: now.milliseconds)
-            stats.journalBytes = writes.pipeline.sizeInBytes
-            publishHeartbeat()
-            timers.schedule(.heartbeat, at: now.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
-        case .compaction:
-            compactByPolicy()
-            timers.schedule(.compaction, at: now.adding(milliseconds: live.compactionIntervalSeconds * 1000))
-        case .watchdog:
-            if network.servingProbe?.tick(now: now) ?? true {
-                notifier?.watchdog()
-            } else if let held = stats.logThrottle.admit("watchdog.withheld", now: now) {
-                logger.critical("libzmq has stopped moving messages: no WATCHDOG=1 until it does (systemd restarts the daemon)",
-                                metadata: ["held.back": "\(held)"])
-            }
-            timers.schedule(.watchdog, at: now.adding(milliseconds: max((watchdogMilliseconds ?? 0) / 2, 1)))
-        case .status:
-            let rate = Double(stats.writes - stats.writesAtLastStatus) / 2
-            stats.writesAtLastStatus = stats.writes
-            notifier?.status(statusLine(writesPerSecond: rate))
-            timers.schedule(.status, at: now.adding(milliseconds: 2000))
-        case .publisherReset:
-            reopenPublisher(reason: "subscriptions were refused while libzmq's pairing was out of step")
-        case .publisherRebind:
-            bindPublishEndpoints()
-        }
-    }
-
-    /// Answers the requests already read, then closes everything in order: the write authority,
-    /// the journal, the sockets, libzmq's context, the socket files, the lock.
-    private func shutDown() {
-        authority.shutDown(host: self)
-        writes.flush()
-        maintenance.backups.removeAll()
-        network.close()
-        writes.close()
-        network = nil  // the last of libzmq's context: it ends here, sending what lingers
-        DaemonNetwork.removeSocketFiles(of: configuration)
-        if case .running(let lock) = lifecycle { lock.release() }
-        lifecycle = .stopped
-        logger.info("beacond stopped", metadata: ["journal.head": "\(writes.headRevision)"])
-        control.finish()
-    }
-
-    /// The last revision to report for a prefix that starts being tracked now. Compaction may
-    /// have dropped the tombstone of a later delete, so the compaction point is a floor: a
-    /// subscriber that is behind it is told to repair, never told it is complete.
-    func initialRevision(prefix: String) -> UInt64 {
-        max(writes.store.lastRevision(prefix: prefix), writes.pipeline.compactedRevision)
-    }
-
-    private func drainRequests() {
-        // Once: each read of an optional or computed field costs a retain and a release.
-        let router = self.router, writes = self.writes!
-        var count = 0
-        while count < live.maxBatch {
-            var received: [ZMQMessage]?
-            do {
-                received = try router.receiveMessage(flags: .dontWait)
-            } catch {
-                logger.warning("receive failed", metadata: ["error": "\(error)"])
-                break
-            }
-            // Taken out of the optional, so that the array is unique and loses its last frame in place.
-            guard var frames = received.take() else { break }
-            let body = frames.removeLast()
-            count += handle(body, envelope: frames)  // a batch counts as each request it holds
-            if writes.pipeline.staged.count >= live.maxBatch {
-                // Both buffers are full: let the commit in flight finish, then hand over this batch.
-                writes.waitForCommitThenSubmit()
-            }
-        }
-        writes.completeCommitIfReady()
     }
 }

@@ -52,7 +52,7 @@ protocol WriteAuthority: AnyObject {
 
 /// What a write authority asks of the daemon that holds it.
 protocol AuthorityHost: AnyObject {
-    var writes: WritePath! { get }
+    var writes: WritePath { get }
     var logger: Logger { get }
     /// Per connection, how many bytes of requests and replies the daemon keeps (`reply_buffer_bytes`).
     var perConnectionBytes: Int { get }

@@ -53,8 +53,9 @@ final class WritePath {
     var settings: Settings
     let ownership = LoopOwnership()
     private let logger: Logger
-    /// The server, which owns this write path and outlives it.
-    private unowned(unsafe) let delegate: any WritePathDelegate
+    /// The running daemon, which owns this write path and outlives it; a placeholder that traps
+    /// until ``attach(_:)`` names it (the daemon is built around its write path).
+    private unowned(unsafe) var delegate: any WritePathDelegate
 
     // The loop thread's alone: no dynamic exclusivity checks (each cost as much as the access).
     /// The journal, the commit thread and the writes waiting for them.
@@ -78,7 +79,7 @@ final class WritePath {
     /// Takes over `journal` and starts its commit thread (`onCommitted` runs there after each
     /// batch: it wakes the loop). Nothing is loaded until ``load()``.
     init(journal: any JournalStore, clock: any DaemonClock, settings: Settings, logger: Logger,
-         writeIDMemory: Int = WritePath.defaultWriteIDMemory, delegate: any WritePathDelegate,
+         writeIDMemory: Int = WritePath.defaultWriteIDMemory, delegate: any WritePathDelegate = Unattached.shared,
          onCommitted: @escaping @Sendable () -> Void) {
         self.clock = clock
         self.settings = settings
@@ -86,6 +87,24 @@ final class WritePath {
         self.delegate = delegate
         writeIDs = WriteIDMemory(capacity: writeIDMemory)
         pipeline = WritePipeline(journal: journal, onCommitted: onCommitted)
+    }
+
+    /// Names the daemon that publishes, answers and journals what this write path decides; once,
+    /// before the loop runs.
+    func attach(_ delegate: any WritePathDelegate) {
+        precondition(self.delegate === Unattached.shared, "a write path works for one daemon")
+        self.delegate = delegate
+    }
+
+    /// The delegate of a write path no daemon has attached yet: any call is a bug.
+    final class Unattached: WritePathDelegate, Sendable {
+        static let shared = Unattached()
+        private static func unattached() -> Never { preconditionFailure("the write path was used before its daemon attached") }
+        func publish(_ batch: [StagedWrite]) { Self.unattached() }
+        func deliver(_ route: ReplyRoute, _ reply: PendingReply) { Self.unattached() }
+        func committed(_ batch: [StagedWrite]) { Self.unattached() }
+        func rolledBack(_ refused: [StagedWrite], _ error: JournalError) { Self.unattached() }
+        func removedByDaemon(_ changes: [JournalChange]) { Self.unattached() }
     }
 
     /// The journal, for reads, compaction and backups: commits what is staged first.

@@ -1,12 +1,14 @@
 internal import CBeaconZMQ
+import Synchronization
 
 /// A libzmq context: the owner of I/O threads and of every socket made from it.
 ///
-/// A context is thread-safe. It is terminated when the last reference to it (sockets hold one)
-/// goes away, or explicitly with ``shutdown()``, which makes blocking calls on its sockets
-/// fail with `ETERM` so their owning threads can close them.
+/// A context is thread-safe. It ends with ``terminate()``, once its sockets are closed, or when
+/// the last reference to it (sockets hold one) goes away. ``shutdown()`` makes blocking calls on
+/// its sockets fail with `ETERM`, so that their owning threads can close them.
 public final class ZMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
+    private let isTerminated = Atomic<Bool>(false)
 
     /// Creates a context.
     /// - Parameter ioThreads: the number of libzmq I/O threads (1 is right below ~1 GB/s).
@@ -24,9 +26,18 @@ public final class ZMQContext: @unchecked Sendable {
         _ = zmq_ctx_shutdown(handle)
     }
 
+    /// Ends the context now: waits until what its closed sockets still hold is sent (each
+    /// socket's linger period at most), and stops its I/O threads. Every socket made from it must
+    /// be closed first, or this waits for ever. Idempotent; otherwise the context ends when the
+    /// last reference to it goes.
+    public func terminate() {
+        guard !isTerminated.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        while zmq_ctx_term(handle) == -1 && zmq_errno() == EINTR {}
+    }
+
     deinit {
         // All sockets hold a reference to the context, so none is open here; term cannot block.
-        while zmq_ctx_term(handle) == -1 && zmq_errno() == EINTR {}
+        terminate()
     }
 
     /// The libzmq library version as `(major, minor, patch)`.

@@ -60,10 +60,10 @@ struct AccessPolicyTests {
             #expect(Peer(userID: peer.description) == peer)
         }
         #expect(Peer(userID: "ipc:x:1") == nil && Peer(userID: "nonsense") == nil)
-        #expect(BeaconServer.peer(domain: AccessDomain.local, address: ":1000:100:4242", mechanism: "NULL", credentials: [])
+        #expect(ServerLoop.peer(domain: AccessDomain.local, address: ":1000:100:4242", mechanism: "NULL", credentials: [])
             == .local(uid: 1000, gid: 100))
-        #expect(BeaconServer.peer(domain: AccessDomain.local, address: "", mechanism: "NULL", credentials: []) == nil)
-        #expect(BeaconServer.peer(domain: AccessDomain.curve, address: "127.0.0.1", mechanism: "NULL", credentials: []) == nil)
+        #expect(ServerLoop.peer(domain: AccessDomain.local, address: "", mechanism: "NULL", credentials: []) == nil)
+        #expect(ServerLoop.peer(domain: AccessDomain.curve, address: "127.0.0.1", mechanism: "NULL", credentials: []) == nil)
     }
 
     @Test func theWriteAllowanceRefillsAtItsRate() {

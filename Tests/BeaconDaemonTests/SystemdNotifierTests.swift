@@ -109,7 +109,7 @@ struct WatchdogTests {
 
         // Block libzmq's I/O thread: a socket of the daemon's context reports connections to a
         // monitor whose reader is gone (libzmq notices the reader gone after an event or a few).
-        let stalled = try ZMQSocket(try #require(server.network).context, type: .pull)
+        let stalled = try ZMQSocket(try #require(server.running).network.context, type: .pull)
         let monitor = try stalled.monitor(events: [.accepted, .disconnected], name: "watchdog-stall-\(UInt64.random(in: 0 ... .max))")
         monitor.reader.close()
         let stallPath = directory + "/stall"

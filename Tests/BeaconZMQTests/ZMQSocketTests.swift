@@ -32,6 +32,29 @@ struct ZMQSocketTests {
         #expect(frames[0].hasMore && !frames[1].hasMore)
     }
 
+    /// The daemon ends its context when it stops, so that the replies its closed sockets still
+    /// hold are sent before the process exits.
+    @Test func terminatingAContextSendsWhatItsClosedSocketsStillHold() throws {
+        let dir = try temporaryDirectory()
+        let receiving = try ZMQContext()
+        let pull = try ZMQSocket(receiving, type: .pull)
+        try pull.bind("ipc://\(dir)/pull")
+        let sending = try ZMQContext()
+        let push = try ZMQSocket(sending, type: .push, linger: 60_000)
+        try push.connect("ipc://\(dir)/pull")
+        for n in 0..<100 { try push.send(Array("m\(n)".utf8)) }
+        push.close()
+        sending.terminate()
+        sending.terminate()  // idempotent, as is the end its deinit makes
+        // Sent, not necessarily read by the receiving side yet: waited for, up to 30 s.
+        try pull.setReceiveTimeout(milliseconds: 30_000)
+        var received: [String] = []
+        while received.count < 100, let frames = try? pull.receiveMessage() {
+            received.append(frames[0].string)
+        }
+        #expect(received == (0..<100).map { "m\($0)" }, "terminate returned before its sockets' messages were sent")
+    }
+
     @Test func routerRepliesThroughTheEnvelopeADealerSent() throws {
         let context = try ZMQContext()
         let router = try ZMQSocket(context, type: .router)

@@ -10,7 +10,7 @@ enum LoopTimer {
     case watchdog
     /// Update the status line systemd shows.
     case status
-    /// Open the publish socket anew (``BeaconServer/resetPublisherSoon(now:)``).
+    /// Open the publish socket anew (``ServerLoop/resetPublisherSoon(now:)``).
     case publisherReset
     /// Bind the publish endpoints that could not be bound when the socket was opened anew.
     case publisherRebind

@@ -157,7 +157,7 @@ final class Relay: WriteAuthority {
     /// upstream's revisions and versions; they are published and answered like any commit.
     /// - Returns: whether anything was staged.
     private func stageMirrored(epoch: UInt64, _ revisions: [[Beacon_V1_Event]], host: some AuthorityHost) -> Bool {
-        let writes = host.writes!
+        let writes = host.writes
         guard epoch == writes.epoch else {
             // Never expected: the link takes a snapshot before revisions of another epoch.
             host.logger.error("the upstream link released revisions of another epoch; following again", metadata: [
@@ -207,7 +207,7 @@ final class Relay: WriteAuthority {
     /// of it by the next heartbeat, sent at once: a new epoch makes them resync, a head past their
     /// position makes them ask for a delta, which is answered COMPACTED, and they resync.
     private func replaceWithUpstream(epoch: UInt64, revision: UInt64, steps: [FollowerCore.Step], host: some AuthorityHost) {
-        let writes = host.writes!
+        let writes = host.writes
         let endpoint = link.endpoint
         let previousEpoch = writes.epoch
         do {
@@ -422,7 +422,7 @@ final class Relay: WriteAuthority {
     /// `UPSTREAM_UNAVAILABLE`, which says the write may have been applied.
     private func answerForwarded(token: UInt64, _ upstreamReply: Beacon_V1_Reply?, host: some AuthorityHost) {
         guard let forwarded = forwarded.removeValue(forKey: token) else { return }
-        let writes = host.writes!
+        let writes = host.writes
         guard var reply = upstreamReply else {
             host.countRejected(1)
             var answer = Beacon_V1_Reply()

@@ -1,6 +1,6 @@
 import BeaconZMQ
 
-extension BeaconServer {
+extension ServerLoop {
     /// Replies queued in libzmq per request connection, at most. Small ones are not counted in
     /// bytes while libzmq holds them, so this bounds them: 16,384 of under 256 bytes, under
     /// 4 MiB (larger ones are counted by ``ReplyFlows``). A reply refused at this mark waits in

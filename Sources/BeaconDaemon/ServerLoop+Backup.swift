@@ -1,7 +1,7 @@
 import BeaconJournal
 import BeaconProtocol
 
-extension BeaconServer {
+extension ServerLoop {
     /// Answers a `Backup` request. A new copy (empty token) is made in steps between other
     /// requests (``backupStep()``) and the request answered with its first chunk once it is
     /// made; a chunk of a made copy is answered at once.

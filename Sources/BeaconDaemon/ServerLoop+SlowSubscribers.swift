@@ -1,6 +1,6 @@
 internal import CBeaconKernel
 
-extension BeaconServer {
+extension ServerLoop {
     /// A subscriber connection whose kernel send queue holds this much has stopped reading (a
     /// unix socket's queue holds about 208 KiB at most; a reading subscriber keeps it near empty).
     static let stalledQueueBytes: Int32 = 128 << 10

@@ -14,7 +14,7 @@ struct CompactionSchedule {
     var waiters: [(ticket: HoldTicket, id: UInt64)] = []
 }
 
-extension BeaconServer {
+extension ServerLoop {
     /// Starts a compaction through `revision` (announced at once; done in steps by
     /// ``compactionStepIfDue(busy:)``).
     func beginCompaction(through revision: UInt64) throws(JournalError) {

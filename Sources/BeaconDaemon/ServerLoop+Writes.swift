@@ -2,9 +2,10 @@ import BeaconJournal
 import BeaconProtocol
 import BeaconZMQ
 import Foundation
+import Logging
 import SwiftProtobuf
 
-extension BeaconServer {
+extension ServerLoop {
     /// Stages a write decoded by SwiftProtobuf.
     func stageWrite(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext) {
         switch request.op {
@@ -50,8 +51,8 @@ extension BeaconServer {
         } catch {
             return refuse(id, error, route: route)
         }
-        // Once: each read of the optional field costs a retain and a release.
-        let writes = self.writes!
+        // Once: each read of a field of the class costs a retain and a release.
+        let writes = self.writes
         // Ids are the writer's own: another peer's write with the same id is another write.
         let writeID = writeID.isEmpty ? writeID : context.owned(writeID)
         if !writeID.isEmpty, let revision = writes.committedRevision(ofWriteID: writeID) {
@@ -174,7 +175,7 @@ extension BeaconServer {
     }
 }
 
-extension BeaconServer: WritePathDelegate {
+extension ServerLoop: WritePathDelegate {
     /// Publishes a committed batch: each diff on its key's topic and into the bundles it belongs
     /// to; the group's bundles; then its commit markers, which a subscriber of bundles must
     /// receive after the diffs they close (proto/PROTOCOL.md §5.4).
@@ -210,14 +211,15 @@ extension BeaconServer: WritePathDelegate {
     }
 }
 
-extension BeaconServer: AuthorityHost {
+extension ServerLoop: AuthorityHost {
     var perConnectionBytes: Int { network.replyFlows.limits.perConnection }
 
     /// Chooses who decides writes: the upstream this daemon relays, when one is configured.
-    func chooseAuthority() throws(DaemonError) {
-        guard let upstream = configuration.upstream else { return }
-        authority = try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: network.context,
-                              writes: writes, logger: logger)
+    static func makeAuthority(for configuration: DaemonConfiguration, network: DaemonNetwork, writes: WritePath,
+                          logger: Logger) throws(DaemonError) -> any WriteAuthority {
+        guard let upstream = configuration.upstream else { return JournalAuthority() }
+        return try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: network.context,
+                         writes: writes, logger: logger)
     }
 
     func checkWrite(_ ops: [WriteOp], context: RequestContext) throws(Refusal) {

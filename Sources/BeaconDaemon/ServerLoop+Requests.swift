@@ -4,7 +4,7 @@ import BeaconZMQ
 import Foundation
 import SwiftProtobuf
 
-extension BeaconServer {
+extension ServerLoop {
     /// Handles one message from the request socket: its body, and the routing envelope that
     /// came before it, which the reply goes back with.
     /// - Returns: how many requests it carried (a batch carries several).

@@ -27,7 +27,7 @@ struct RequestContext {
     }
 }
 
-extension BeaconServer {
+extension ServerLoop {
     // MARK: Authentication (ZAP, RFC 27)
 
     /// Answers every waiting ZAP request: which peers may connect, and under which user id.
