@@ -29,7 +29,8 @@ public struct BeaconError: Error, Sendable, CustomStringConvertible {
         public static let compacted = Code("compacted")
         /// The daemon cannot write its journal now; reads still work.
         public static let readOnly = Code("read-only")
-        /// The daemon's access policy does not let this process do this.
+        /// The daemon's access policy does not let this process do this, or refuses its
+        /// connection altogether (no rule admits its uid or CURVE key; a write fails at once).
         public static let permissionDenied = Code("permission-denied")
         /// This process wrote faster than the daemon's limit for it; `retryAfter` says when to retry.
         public static let rateLimited = Code("rate-limited")

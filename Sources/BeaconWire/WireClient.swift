@@ -69,23 +69,15 @@ public final class WireClient {
     public var readTimeoutMilliseconds: Int { max(requestTimeoutMilliseconds, 30_000) }
 
     private let context: ZMQContext
-    private let dealer: ZMQSocket
+    /// The request side: the DEALER, request ids, refusals and the connection's end.
+    private let requests: RequestChannel
     private var subscriber: ZMQSocket?
     private let subscriberPoller = ZMQPoller()
     /// Publications of a message received but not yet returned (a bundle's diffs), in order.
     private var pending: [Publication] = []
     private var pendingNext = 0
-    private var nextID: UInt64 = 1
     private let requestPoller = ZMQPoller()
-    /// Reports handshake failures of the request socket: the daemon refusing this peer.
-    private let handshakeEvents: ZMQMonitor
     private let curve: CurveCredentials?
-    /// Set once the daemon refused this client's connection.
-    private var refused: WireError?
-    /// Whether libzmq reconnects by itself (see the initializer).
-    private let reconnects: Bool
-    /// Set once the connection of a client that does not reconnect has ended.
-    private var lost: WireError?
 
     /// Connects to explicit endpoints.
     /// - Parameters:
@@ -108,28 +100,16 @@ public final class WireClient {
         self.curve = curve
         do {
             if let context { self.context = context } else { self.context = try ZMQContext() }
-            dealer = try ZMQSocket(self.context, type: .dealer, linger: 0)
-            try dealer.setSendHighWaterMark(100_000)
-            try dealer.setReceiveHighWaterMark(replyQueueLimit)
             // A refused connection leaves no peer to queue for: a send then fails instead of waiting
             // forever (without reconnecting, within the request timeout: no connection may come).
-            try dealer.setSendTimeout(milliseconds: Int32(reconnects ? 10_000 : min(max(requestTimeoutMilliseconds, 1), 10_000)))
-            if let curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
-            if !reconnects {
-                // Queue only to a connection that exists, and never make another.
-                try dealer.setQueuesOnlyToConnected(true)
-                try dealer.disableReconnecting()
-            }
-            self.reconnects = reconnects
-            handshakeEvents = try dealer.monitor(events: reconnects ? [.handshakeFailedAuth, .handshakeFailedProtocol]
-                                                     : [.handshakeFailedAuth, .handshakeFailedProtocol, .disconnected],
-                                                 name: "beacon-wire-\(UInt64.random(in: 0 ... .max))")
-            try dealer.connect(requestEndpoint)
+            requests = try RequestChannel(endpoint: requestEndpoint, context: self.context, curve: curve, reconnects: reconnects,
+                                          receiveHighWaterMark: replyQueueLimit,
+                                          sendTimeoutMilliseconds: Int32(reconnects ? 10_000 : min(max(requestTimeoutMilliseconds, 1), 10_000)),
+                                          name: "beacon-wire")
         } catch {
             throw WireError(error)
         }
-        requestPoller.add(dealer)
-        requestPoller.add(handshakeEvents.reader)
+        for socket in requests.pollable { requestPoller.add(socket) }
     }
 
     /// Connects to the daemon whose sockets are in `runtimeDirectory`.
@@ -144,90 +124,42 @@ public final class WireClient {
     /// Sends a request without waiting; returns its id for ``receiveReply(timeoutMilliseconds:)``.
     @discardableResult
     public func send(_ op: Beacon_V1_Request.OneOf_Op) throws(WireError) -> UInt64 {
-        var request = Beacon_V1_Request()
-        request.id = nextID
-        nextID += 1
-        request.op = op
-        try send(rawBody: (try? request.serializedBytes()) ?? [])
-        return request.id
+        try requests.send(op)
     }
 
     /// Sends raw bytes as a request body (for testing how the daemon treats bad input).
     public func send(rawBody: [UInt8]) throws(WireError) {
-        // A refused connection is not retried: the daemon's policy said no.
-        if let refused { throw refused }
-        if let lost { throw lost }
-        do {
-            try dealer.send(ZMQMessage(bytes: rawBody))
-        } catch where error.wouldBlock {
-            if let event = try? handshakeEvents.receiveEvent(flags: .dontWait) { throw monitorError(event) }
-            if !reconnects { throw connectionLost() }
-            throw WireError(kind: .timeout, message: "the request to \(requestEndpoint) could not be queued within 10 s "
-                + "(daemon unreachable, refusing this peer, or not reading)")
-        } catch {
-            throw WireError(error)
-        }
+        try requests.send(rawBody: rawBody)
     }
 
     /// Waits up to `timeoutMilliseconds` for the next reply (-1: forever).
     /// - Returns: `nil` on timeout.
+    /// - Throws: the daemon's refusal of this peer, or the end of a connection that does not reconnect.
     public func receiveReply(timeoutMilliseconds: Int) throws(WireError) -> Beacon_V1_Reply? {
-        do {
-            var frames = try dealer.receiveMessage(flags: .dontWait)
-            if frames == nil {
-                guard try requestPoller.poll(timeoutMilliseconds: timeoutMilliseconds) > 0 else { return nil }
-                frames = try dealer.receiveMessage(flags: .dontWait)
+        if let reply = requests.receiveReply() { return reply }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(timeoutMilliseconds, 0)) * 1_000_000
+        while true {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let remaining = timeoutMilliseconds < 0 ? -1 : Int(deadline > now ? (deadline - now + 999_999) / 1_000_000 : 0)
+            let ready: Int
+            do {
+                ready = try requestPoller.poll(timeoutMilliseconds: remaining)
+            } catch {
+                throw WireError(error)
             }
-            if frames == nil, let event = try handshakeEvents.receiveEvent(flags: .dontWait) {
-                throw monitorError(event)
-            }
-            guard let frames else { return nil }
-            return try Self.decodeReply(frames)
-        } catch let error as WireError {
-            throw error
-        } catch let error as ZMQError {
-            throw WireError(error)
-        } catch {
-            throw WireError(kind: .transport, message: "\(error)")
+            if let reply = requests.receiveReply() { return reply }
+            requests.readEvents()
+            if let refusal = requests.refusal { throw refusal }
+            if let lost = requests.lost { throw lost }
+            // Woken by a connection event that is no error (a handshake, a reconnection): wait on.
+            if ready == 0 || remaining == 0 { return nil }
         }
-    }
-
-    /// The error an event of the monitor means: the connection ended, or was refused.
-    private func monitorError(_ event: ZMQMonitorEvent) -> WireError {
-        event.kind.contains(.disconnected) ? connectionLost() : refusal(event)
-    }
-
-    private func connectionLost() -> WireError {
-        let error = lost ?? WireError(kind: .connectionLost, message: "the connection to the daemon at \(requestEndpoint) ended")
-        lost = error
-        return error
-    }
-
-    private func refusal(_ event: ZMQMonitorEvent) -> WireError {
-        let error: WireError
-        if event.kind.contains(.handshakeFailedAuth) {
-            let identity = curve == nil ? "uid \(getuid()), gid \(getgid())" : "CURVE key \(curve!.keys.publicKey)"
-            error = WireError(kind: .refused, message: "beacond at \(requestEndpoint) refused the connection (status \(event.value)): "
-                + "no access rule admits this peer (\(identity))")
-        } else {
-            error = WireError(kind: .refused, message: "the security handshake with \(requestEndpoint) failed"
-                + (curve == nil ? "" : " (is the daemon's public key right?)"))
-        }
-        refused = error
-        return error
-    }
-
-    private static func decodeReply(_ frames: [ZMQMessage]) throws(ZMQError) -> Beacon_V1_Reply? {
-        // A reply that does not decode is skipped like a reply to another request.
-        guard let body = frames.last else { return nil }
-        return decodeReply(body: body)
     }
 
     /// Decodes a reply's body: a `Delta` or `History` page read in place (``FastReply``), any
     /// other reply by SwiftProtobuf; `nil` when it does not decode.
     public static func decodeReply(body: ZMQMessage) -> Beacon_V1_Reply? {
-        if let page = body.withUnsafeBytes({ FastReply.decodeEvents($0) }) { return page }
-        return try? Beacon_V1_Reply(serializedBytes: body.bytes)
+        RequestChannel.decodeReply(body: body)
     }
 
     /// Sends a request and waits for its reply (replies to earlier ids are skipped).
@@ -297,8 +229,8 @@ public final class WireClient {
     public func batch(_ ops: [Beacon_V1_Request.OneOf_Op], timeoutMilliseconds: Int? = nil) throws(WireError) -> [Beacon_V1_Reply] {
         var batch = Beacon_V1_Batch()
         batch.requests = ops.map { op in
-            defer { nextID += 1 }
-            return .with { $0.id = nextID; $0.op = op }
+            let id = requests.takeRequestID()
+            return .with { $0.id = id; $0.op = op }
         }
         let reply = try call(.batch(batch), timeoutMilliseconds: timeoutMilliseconds)
         guard case .batch(let replies) = reply.result else { throw unexpected(reply) }

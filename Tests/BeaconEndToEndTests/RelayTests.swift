@@ -717,6 +717,31 @@ struct RelayTests {
         #expect(try await probe.dump().repairs > 0, "the faults should have made the far mirror repair")
     }
 
+    /// The request side is one `RequestChannel` in every client: the Beacon client watches the
+    /// handshake as the CLI does, so that a daemon refusing its key is an error at once — before,
+    /// its writes waited out their timeout and failed as if no daemon ran.
+    @Test("A Beacon client whose key no rule admits: its write fails PERMISSION_DENIED naming the key, not a timeout")
+    func aClientTheDaemonRefusesIsToldWhy() async throws {
+        let cluster = try RelayCluster()
+        let primary = try cluster.start("primary")
+        defer { primary.stop() }
+        let stranger = try cluster.key("stranger")
+        var configuration = BeaconConfiguration(requestEndpoint: try cluster.requestEndpoint("primary"),
+                                                publishEndpoint: "tcp://127.0.0.1:\(try cluster.ports("primary").publish)")
+        configuration.curve = CurveCredentials(serverKey: try cluster.key("primary").publicKey, keys: stranger)
+        configuration.writeTimeout = .seconds(120)  // a refusal must not wait it out
+        let client = try BeaconClient(configuration: configuration)
+        defer { client.close() }
+        do {
+            _ = try await client.set("s.a", 1)
+            Issue.record("a write from a key no rule admits succeeded")
+        } catch {
+            #expect(error.code == .permissionDenied, "\(error)")
+            #expect(error.message.contains(stranger.publicKey), "\(error.message)")
+        }
+        #expect(try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).ping().headRevision == 0)
+    }
+
     @Test("A Beacon client on a relay: its connection goes stale with the upstream, a write waits it out and completes once the upstream is back")
     func aClientOnARelaySeesItStaleAndItsWriteRetried() async throws {
         let cluster = try RelayCluster()

@@ -72,9 +72,20 @@ extension ClientEngine {
         }
     }
 
+    /// While the daemon refuses this peer's connection, fails every write waiting for a reply
+    /// with the refusal: no reply will come.
+    func failWritesWhileRefused() {
+        guard let refusal = requests.refusal, !pendingWrites.isEmpty else { return }
+        for write in pendingWrites.values {
+            write.request.complete(.failure(BeaconError(.permissionDenied, refusal.message, key: write.request.keys.first)))
+        }
+        pendingWrites.removeAll()
+    }
+
     /// Resends unanswered writes, fails those past their deadline, and completes committed ones
     /// whose mirrors caught up.
     func serviceWrites(now: UInt64) {
+        failWritesWhileRefused()
         for write in pendingWrites.values {
             if now >= write.deadline {
                 pendingWrites[write.id] = nil

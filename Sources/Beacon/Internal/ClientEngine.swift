@@ -35,9 +35,9 @@ final class ClientEngine: @unchecked Sendable {
 
     // I/O-thread state.
     var context: ZMQContext!
-    var dealer: ZMQSocket!
+    /// The request side: the DEALER, request ids, and the daemon refusing this peer.
+    var requests: RequestChannel!
     var subscriber: ZMQSocket!
-    private var nextRequestID: UInt64 = 1
     /// The mirrors' follower core: every followed prefix, released as whole revisions.
     var mirrors: FollowerCore
     /// History streams by id, each with a core of its own.
@@ -137,7 +137,8 @@ final class ClientEngine: @unchecked Sendable {
             return
         }
         let poller = ZMQPoller()
-        let dealerIndex = poller.add(dealer)
+        let dealerIndex = poller.add(requests.socket)
+        let requestEventsIndex = poller.add(requests.events.reader)
         let subscriberIndex = poller.add(subscriber)
         let wakeIndex = poller.add(fileDescriptor: wakePipe.fileDescriptor)
         while !stopping.load(ordering: .acquiring) {
@@ -149,6 +150,7 @@ final class ClientEngine: @unchecked Sendable {
             if poller.readyEvents(wakeIndex).contains(.readable) { wakePipe.drain() }
             runCommands()
             if poller.readyEvents(dealerIndex).contains(.readable) { drainReplies() }
+            if poller.readyEvents(requestEventsIndex).contains(.readable) { readConnectionEvents() }
             if poller.readyEvents(subscriberIndex).contains(.readable) { drainPublications() }
             let now = Self.now()
             syncFollowers(now: now)
@@ -166,20 +168,17 @@ final class ClientEngine: @unchecked Sendable {
         endSession()
         saveLocalJournal()
         localJournal?.close()
-        dealer.close()
+        requests.close()
         subscriber.close()
-        dealer = nil
+        requests = nil
         subscriber = nil
         context = nil  // terminates the context: libzmq's threads are joined here, not at exit
     }
 
-    private func openSockets() throws(ZMQError) {
+    private func openSockets() throws {
         context = try ZMQContext()
-        dealer = try ZMQSocket(context, type: .dealer, linger: 0)
-        try dealer.setSendHighWaterMark(100_000)
-        try dealer.setReceiveHighWaterMark(100_000)
-        if let curve = configuration.curve { try dealer.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
-        try dealer.connect(configuration.requestEndpoint)
+        requests = try RequestChannel(endpoint: configuration.requestEndpoint, context: context, curve: configuration.curve,
+                                      reconnects: true, name: "beacon-client")
         subscriber = try ZMQSocket(context, type: .sub, linger: 0)
         try subscriber.setReceiveHighWaterMark(configuration.receiveHighWaterMark)
         if let curve = configuration.curve { try subscriber.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
@@ -293,17 +292,17 @@ final class ClientEngine: @unchecked Sendable {
 
     // MARK: Requests
 
-    func nextID() -> UInt64 {
-        defer { nextRequestID += 1 }
-        return nextRequestID
-    }
+    func nextID() -> UInt64 { requests.takeRequestID() }
 
     func sendRequest(id: UInt64, _ op: Beacon_V1_Request.OneOf_Op) {
-        var request = Beacon_V1_Request()
-        request.id = id
-        request.op = op
-        guard let body: [UInt8] = try? request.serializedBytes() else { return }
-        _ = try? dealer.send(body, flags: .dontWait)
+        try? requests.send(id: id, op, flags: .dontWait)
+    }
+
+    /// Reads the request connection's events: while the daemon refuses this peer, writes fail at
+    /// once with its reason (``BeaconError/Code/permissionDenied``) instead of timing out.
+    private func readConnectionEvents() {
+        requests.readEvents()
+        failWritesWhileRefused()
     }
 
     /// Sends a request and waits for its reply, handing other replies to their writes meanwhile.
@@ -322,7 +321,7 @@ final class ClientEngine: @unchecked Sendable {
         // row doubles the next wait (up to 32 times the configured timeout).
         let deadline = Self.now() + configuration.requestTimeoutMilliseconds << min(consecutiveTimeouts, 5)
         let poller = ZMQPoller()
-        poller.add(dealer)
+        for socket in requests.pollable { poller.add(socket) }
         while true {
             while let reply = receiveReply() {
                 if reply.id == id {
@@ -332,8 +331,9 @@ final class ClientEngine: @unchecked Sendable {
                 }
                 handle(reply)
             }
+            requests.readEvents()
             let now = Self.now()
-            guard now < deadline, !stopping.load(ordering: .relaxed) else { break }
+            guard now < deadline, !stopping.load(ordering: .relaxed), requests.refusal == nil else { break }
             _ = try? poller.poll(timeoutMilliseconds: Int(min(deadline - now, 50)))
         }
         daemonSilent = true
@@ -341,13 +341,7 @@ final class ClientEngine: @unchecked Sendable {
         return nil
     }
 
-    private func receiveReply() -> Beacon_V1_Reply? {
-        while true {
-            guard let frames = try? dealer.receiveMessage(flags: .dontWait) else { return nil }
-            guard let body = frames.last, let reply = WireClient.decodeReply(body: body) else { continue }
-            return reply
-        }
-    }
+    private func receiveReply() -> Beacon_V1_Reply? { requests.receiveReply() }
 
     private func drainReplies() {
         while let reply = receiveReply() {
@@ -387,7 +381,7 @@ final class ClientEngine: @unchecked Sendable {
         let id = nextID()
         sendRequest(id: id, .keepAlive(.with { $0.session = sessionID; $0.ttlMs = 0 }))
         let poller = ZMQPoller()
-        poller.add(dealer)
+        poller.add(requests.socket)
         let deadline = Self.now() + 500
         while Self.now() < deadline {
             while let reply = receiveReply() { if reply.id == id { return } }

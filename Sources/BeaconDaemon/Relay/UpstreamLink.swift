@@ -208,12 +208,10 @@ final class UpstreamLink {
 
     /// Sends `op` to the upstream under the next request id; `nil` when it cannot be queued.
     private func send(_ op: Beacon_V1_Request.OneOf_Op) -> UInt64? {
-        var request = Beacon_V1_Request()
-        request.id = nextID
+        // Ids count up across the connection's generations: an answer is never taken for another's.
+        let id = nextID
         nextID += 1
-        request.op = op
-        guard let body: [UInt8] = try? request.serializedBytes(), requests.send(body) else { return nil }
-        return request.id
+        return requests.send(id: id, op) ? id : nil
     }
 
     /// Follows again after `revision` of `epoch`: the relay could not journal what it was given.
@@ -277,9 +275,8 @@ final class UpstreamLink {
     }
 
     private func drainReplies(into events: inout [UpstreamEvent]) {
-        while let frames = requests.receive() {
+        while let reply = requests.receive() {
             heard()
-            guard let body = frames.last, let reply = WireClient.decodeReply(body: body) else { continue }
             if let pending = fetch, pending.id == reply.id {
                 fetch = nil
                 switch reply.result {

@@ -1,8 +1,10 @@
+import BeaconProtocol
+import BeaconWire
 import BeaconZMQ
 import Logging
 
 /// A relay's request connection to its upstream: one libzmq connection at a time, each on a
-/// socket of its own.
+/// channel of its own (a ``RequestChannel`` that never reconnects).
 ///
 /// libzmq, left to reconnect by itself, sends what it still queued for a lost connection over the
 /// next one — ahead of the requests lost in the old connection's kernel buffers, which the relay's
@@ -15,14 +17,10 @@ import Logging
 ///
 /// Part of the loop's state, like the link that owns it.
 final class UpstreamRequests {
-    /// The socket of the current generation (a DEALER): the loop polls it.
-    private(set) var socket: ZMQSocket
-    /// Its connection's events: the loop polls the reader.
-    private(set) var events: ZMQMonitor
+    /// The current generation: the loop polls its DEALER and its monitor.
+    private var channel: RequestChannel
     /// Changes whenever a socket is closed or opened: the loop polls ``pollable`` anew.
     private(set) var socketChanges = 0
-    /// Whether the current generation's connection finished its handshake: requests can be sent.
-    private(set) var isConnected = false
     /// Monotonic ms at which the current generation gives up connecting, or (after it ended)
     /// at which the next one opens.
     private var deadline: UInt64
@@ -43,38 +41,37 @@ final class UpstreamRequests {
         self.endpoint = endpoint
         self.context = context
         self.logger = logger
-        (socket, events) = try Self.open(endpoint, context: context)
+        channel = try Self.open(endpoint, context: context)
         deadline = now + Self.connectTimeoutMilliseconds
     }
 
-    private static func open(_ endpoint: UpstreamLink.Endpoint, context: ZMQContext) throws(ZMQError) -> (ZMQSocket, ZMQMonitor) {
-        let socket = try ZMQSocket(context, type: .dealer, linger: 0)
-        try socket.setSendHighWaterMark(100_000)
-        try socket.setReceiveHighWaterMark(100_000)
-        try socket.setQueuesOnlyToConnected(true)
-        try socket.disableReconnecting()
-        if let curve = endpoint.curve { try socket.enableCurveClient(serverKey: curve.serverKey, keys: curve.keys) }
-        let events = try socket.monitor(
-            events: [.handshakeSucceeded, .disconnected, .closed, .handshakeFailedAuth, .handshakeFailedProtocol],
-            name: "beacond-upstream-\(UInt64.random(in: 0 ... .max))")
-        try socket.connect(endpoint.request)
-        return (socket, events)
+    private static func open(_ endpoint: UpstreamLink.Endpoint, context: ZMQContext) throws(ZMQError) -> RequestChannel {
+        try RequestChannel(endpoint: endpoint.request, context: context, curve: endpoint.curve, reconnects: false, name: "beacond-upstream")
     }
+
+    /// Whether the current generation's connection finished its handshake: requests can be sent.
+    var isConnected: Bool { !socketIsClosed && channel.isConnected }
 
     /// When ``service(now:)`` has something to do by the clock: nil while connected.
     var nextDeadline: UInt64? { isConnected ? nil : deadline }
 
-    /// The sockets the loop polls: the current generation's and its events' reader; none between two.
-    var pollable: [ZMQSocket] { socketIsClosed ? [] : [socket, events.reader] }
+    /// The sockets the loop polls: the current generation's DEALER and monitor; none between two.
+    var pollable: [ZMQSocket] { socketIsClosed ? [] : channel.pollable }
 
     /// Sends one request on the current generation; false when it has no connection or no room.
-    func send(_ body: [UInt8]) -> Bool {
-        isConnected && (try? socket.send(ZMQMessage(bytes: body), flags: .dontWait)) == true
+    func send(id: UInt64, _ op: Beacon_V1_Request.OneOf_Op) -> Bool {
+        guard isConnected else { return false }
+        do {
+            try channel.send(id: id, op, flags: .dontWait)
+            return true
+        } catch {
+            return false
+        }
     }
 
-    /// Reads one reply's frames, if one is waiting.
-    func receive() -> [ZMQMessage]? {
-        socketIsClosed ? nil : try? socket.receiveMessage(flags: .dontWait)
+    /// The next reply waiting, decoded.
+    func receive() -> Beacon_V1_Reply? {
+        socketIsClosed ? nil : channel.receiveReply()
     }
 
     /// Reads the connection's events and keeps a generation going.
@@ -83,11 +80,14 @@ final class UpstreamRequests {
     ///   never connected sent nothing.
     func service(now: UInt64) -> Bool {
         var ended = false
-        while let event = try? events.receiveEvent(flags: .dontWait) {
-            if event.kind.contains(.handshakeSucceeded) {
-                isConnected = true
-            } else {
-                if event.kind.contains(.handshakeFailedAuth) || event.kind.contains(.handshakeFailedProtocol) { logRefusal(event.kind, now: now) }
+        for event in socketIsClosed ? [] : channel.readEvents() {
+            switch event {
+            case .connected:
+                break
+            case .refused(_, let byAccessRules):
+                logRefusal(byAccessRules: byAccessRules, now: now)
+                ended = true
+            case .disconnected:
                 ended = true
             }
         }
@@ -104,7 +104,7 @@ final class UpstreamRequests {
 
     private func reopen(now: UInt64) {
         do {
-            (socket, events) = try Self.open(endpoint, context: context)
+            channel = try Self.open(endpoint, context: context)
             socketIsClosed = false
             socketChanges += 1
             deadline = now + Self.connectTimeoutMilliseconds
@@ -116,18 +116,16 @@ final class UpstreamRequests {
 
     /// Closes the current generation's socket with what it queued, and its monitor.
     func close() {
-        socket.close()
-        events.stop()
-        isConnected = false
+        channel.close()
         socketIsClosed = true
         socketChanges += 1
     }
 
     /// Logs (every 10 s at most) that the upstream refuses this relay.
-    private func logRefusal(_ kind: ZMQMonitorEvent.Kind, now: UInt64) {
+    private func logRefusal(byAccessRules: Bool, now: UInt64) {
         guard now >= lastRefusalLog + 10_000 || lastRefusalLog == 0 else { return }
         lastRefusalLog = now
-        if kind.contains(.handshakeFailedAuth) {
+        if byAccessRules {
             logger.error("the upstream refused this relay's connection: no allow rule there lists its key", metadata: [
                 "upstream": "\(endpoint.request)", "relay.key": "\(endpoint.curve?.keys.publicKey ?? "none (ipc or tcp_insecure)")"])
         } else {
