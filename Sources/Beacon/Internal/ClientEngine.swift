@@ -315,7 +315,8 @@ final class ClientEngine: @unchecked Sendable {
 
     /// Waits for the reply to request `id`, sent already, handing other replies to their writes
     /// meanwhile.
-    /// - Returns: the reply, or `nil` on timeout (the daemon is then considered silent).
+    /// - Returns: the reply, or `nil` on timeout (the daemon is then considered silent) or while the
+    ///   daemon refuses this peer.
     func awaitReply(id: UInt64) -> Beacon_V1_Reply? {
         // A daemon slower than the timeout would never get a sync through: each timeout in a
         // row doubles the next wait (up to 32 times the configured timeout).
@@ -333,7 +334,9 @@ final class ClientEngine: @unchecked Sendable {
             }
             requests.readEvents()
             let now = Self.now()
-            guard now < deadline, !stopping.load(ordering: .relaxed), requests.refusal == nil else { break }
+            // A refused connection gets no reply: no timeout, and not a silent daemon either.
+            if requests.refusal != nil { return nil }
+            guard now < deadline, !stopping.load(ordering: .relaxed) else { break }
             _ = try? poller.poll(timeoutMilliseconds: Int(min(deadline - now, 50)))
         }
         daemonSilent = true
