@@ -87,6 +87,7 @@ struct WatchdogTests {
         let sink = try DatagramSink(directory: directory)
         var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
         configuration.heartbeatIntervalMilliseconds = 100
+        configuration.loopCPU = .off  // as TestDaemon's
         let server = try BeaconServer(configuration: configuration, logger: Logger(label: "watchdog-test") { _ in SwiftLogNoOpLogHandler() })
         server.notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": sink.path, "WATCHDOG_USEC": "200000"])
         try server.start()

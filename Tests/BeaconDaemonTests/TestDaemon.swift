@@ -25,6 +25,9 @@ final class TestDaemon {
         directory = try existing ?? temporaryDirectory()
         var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
         configuration.heartbeatIntervalMilliseconds = 100
+        // The suite runs many daemons at once: with `auto` they would all take the same CPU as
+        // batch work, beside whatever else runs there, while the other CPU may idle.
+        configuration.loopCPU = .off
         configure(&configuration)
         var logger = Logger(label: "test-beacond")
         logger.logLevel = .critical

@@ -61,7 +61,11 @@ final class DaemonProcess {
         self.stateDirectory = stateDirectory
         stderrPath = runtimeDirectory + ".stderr"
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        let arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100"] + extraArguments
+        // `--loop-cpu off`: the suite runs many daemons at once, and with `auto` they would all
+        // take the same CPU as batch work (beside the other tests' busiest daemon, or a busy
+        // loop), while the other CPU may idle. A test that wants the placement asks for it.
+        let arguments = ["--runtime-dir", runtimeDirectory, "--state-dir", stateDirectory, "--heartbeat-ms", "100",
+                         "--loop-cpu", "off"] + extraArguments
         if let launcher {
             process.executableURL = URL(fileURLWithPath: launcher)
             process.arguments = launcherArguments + [try binary("beacond")] + arguments

@@ -128,7 +128,8 @@ struct DaemonProcessTests {
 
     @Test func theLoopAndLibzmqsIOThreadShareOneCPUAsBatchWork() throws {
         let dir = try temporaryDirectory()
-        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        // The default (`auto`), which the suite's daemons turn off.
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state", extraArguments: ["--loop-cpu", "auto"])
         let client = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
         _ = try client.put("placed", .with { $0.intValue = 1 })
         let threads = try daemonThreads(daemon.process.processIdentifier)
