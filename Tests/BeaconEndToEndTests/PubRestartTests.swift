@@ -21,10 +21,11 @@ struct PubRestartTests {
     }
 
     /// Starts `beacon pub --json` reading `path`; returns the process and its stdout pipe.
-    static func startPub(reading path: String, runtimeDirectory: String, timeoutMilliseconds: Int) throws -> (Process, Pipe) {
+    static func startPub(reading path: String, runtimeDirectory: String, timeoutMilliseconds: Int,
+                         window: Int = 1000) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
-        process.arguments = ["pub", "--json", "--timeout", "\(timeoutMilliseconds)", "--runtime-dir", runtimeDirectory]
+        process.arguments = ["pub", "--json", "--timeout", "\(timeoutMilliseconds)", "--window", "\(window)", "--runtime-dir", runtimeDirectory]
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
@@ -146,12 +147,15 @@ struct PubRestartTests {
         var (primary, relay) = try startPrimaryAndRelay(in: dir, primaryArguments: slowHeartbeats)
         defer { relay.stop(); primary.stop() }
         // Enough lines that pub still has writes to send when the upstream is frozen, however far
-        // the primary got before the test saw it pass 100.
-        let count = 1_500
+        // the primary got before the test saw it pass 100; a window of 300 lines (4.8 MB) keeps
+        // 48 ahead of what the relay shows, while the debug build's relay (which decodes each
+        // line's 16 KiB, beside the suite and a busy core) reads its backlog in seconds, not a
+        // minute (1,000 lines in flight took it past pub's patience).
+        let count = 800
         let value = String(repeating: "v", count: 16_384)
         let input = dir + "/large.txt"
         try (1...count).map { "su.n\($0) \(value)\n" }.joined().write(toFile: input, atomically: true, encoding: .utf8)
-        let (pub, out) = try Self.startPub(reading: input, runtimeDirectory: relay.runtimeDirectory, timeoutMilliseconds: 60_000)
+        let (pub, out) = try Self.startPub(reading: input, runtimeDirectory: relay.runtimeDirectory, timeoutMilliseconds: 60_000, window: 300)
         defer { kill(pub.processIdentifier, SIGKILL) }
 
         try Self.waitForHead(100, primary, while: pub)
