@@ -22,8 +22,11 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
+        // A value behind a pthread mutex, which ThreadSanitizer sees (the package's one lock type).
+        .target(name: "BeaconLocking"),
+
         // The reactive core: pure Swift, no I/O.
-        .target(name: "BeaconSignals"),
+        .target(name: "BeaconSignals", dependencies: ["BeaconLocking"]),
 
         // C libraries, each imported by exactly one Swift target.
         .systemLibrary(name: "CBeaconZMQ", providers: [.apt(["libzmq3-dev"])]),
@@ -54,7 +57,7 @@ let package = Package(
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
-            "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "CBeaconKernel", "CBeaconAcceptGuard",
+            "BeaconLocking", "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "CBeaconKernel", "CBeaconAcceptGuard",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -73,7 +76,7 @@ let package = Package(
         // The daemon's, client's and peers' benchmarks (the reactive core's, which compares with
         // OpenCombine, is a package of its own: Benchmarks/).
         .executableTarget(name: "beacon-bench", dependencies: [
-            "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol",
+            "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol", "BeaconLocking",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
@@ -83,18 +86,18 @@ let package = Package(
         // A client process the end-to-end tests start, freeze and read.
         .executableTarget(name: "beacon-client-probe", dependencies: ["Beacon"], path: "Tests/ClientProbe"),
         // A wire client the access tests run under other user ids and CURVE keys.
-        .executableTarget(name: "beacon-access-probe", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconZMQ"],
+        .executableTarget(name: "beacon-access-probe", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconZMQ", "BeaconLocking"],
                           path: "Tests/AccessProbe"),
 
-        .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals"]),
+        .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals", "BeaconLocking"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ", "BeaconTestSupport"]),
         .testTarget(name: "BeaconWireTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconTestSupport"]),
         // What several test targets share (a seeded generator, systemd's notification socket, a patient client).
-        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal"], path: "Tests/BeaconTestSupport"),
+        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal", "BeaconLocking"], path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
         .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconLocking", "BeaconTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -107,7 +108,7 @@ struct FloodBench: ParsableCommand {
                                  credentials: CurveCredentials(serverKey: server.publicKey, keys: flooderKeys),
                                  configurationPath: directory + "/flood.conf", configuration: configuration)
         let stop = Atomic<Bool>(false)
-        let counts = Mutex(FloodCounts())
+        let counts = Locked(FloodCounts())
         let flooder = Thread { counts.withLock { $0 = Flooder(abuse: abuse, target: target).run(until: stop) } }
         flooder.start()
         Thread.sleep(forTimeInterval: 0.5)

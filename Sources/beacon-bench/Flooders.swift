@@ -1,3 +1,4 @@
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -108,7 +109,7 @@ struct Flooder {
     private func churnDuringReloads(until stop: borrowing Atomic<Bool>) -> FloodCounts {
         let address = UnixSocketAddress(path: target.runtimeDirectory + "/" + WireEndpoint.publishSocketName)!
         let done = Atomic<Bool>(false)
-        let churned = Mutex(0)
+        let churned = Locked(0)
         let churners = (0..<2).map { _ in
             Thread {
                 var count = 0
@@ -138,7 +139,7 @@ struct Flooder {
     /// bytes (under `flood.`, which the flooder may read), closed and opened anew once sent.
     private func subscriptions(topicBytes: Int, perConnection: Int, connections: Int, until stop: borrowing Atomic<Bool>) -> FloodCounts {
         let done = Atomic<Bool>(false)
-        let sent = Mutex(0)
+        let sent = Locked(0)
         let target = target
         let threads = (0..<connections).map { thread in
             Thread {

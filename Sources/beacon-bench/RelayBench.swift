@@ -1,5 +1,6 @@
 import ArgumentParser
 import BeaconJournal
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -174,7 +175,7 @@ final class RelayChain {
         let topic = "fan\(throughRelays ? "r" : "d")."
         let batches = max(writes / 64, 1), total = batches * 64
         let ready = Atomic<Int>(0), done = DispatchGroup()
-        let finished = Mutex<[UInt64]>([])
+        let finished = Locked<[UInt64]>([])
         for index in 0..<count {
             let endpoint = throughRelays
                 ? WireEndpoint.publish(inRuntimeDirectory: daemons[1 + index % (daemons.count - 1)].runtimeDirectory)

@@ -34,11 +34,11 @@
 // With --unread-until FILE it does not stop itself: it prints SENT and waits, reading nothing,
 // until FILE exists. With --stop-when-subscribed it plays a subscriber that never reads: it subscribes to the
 // --subscribe topics, prints STOPPING and stops itself.
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
 import Foundation
-import Synchronization
 
 var arguments = CommandLine.arguments.dropFirst()
 var runtimeDirectory: String?
@@ -109,7 +109,7 @@ if churnMilliseconds > 0 {
     let address = UnixSocketAddress(path: (runtimeDirectory ?? "") + "/" + WireEndpoint.publishSocketName)!
     let end = Date().addingTimeInterval(Double(churnMilliseconds) / 1000)
     let stopFile = (churnSteps ?? "/nonexistent") + "/stop"
-    let churned = Mutex(0)
+    let churned = Locked(0)
     let threads = (0..<2).map { _ in
         Thread {
             var count = 0

@@ -1,3 +1,4 @@
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import Foundation
@@ -65,28 +66,19 @@ private func runBlocking(_ path: String, _ arguments: [String], input: String?, 
     } else {
         try? inPipe.fileHandleForWriting.close()
     }
-    let stdoutData = Mutex2<Data>(Data())
-    let reader = Thread { stdoutData.set(out.fileHandleForReading.readDataToEndOfFile()) }
+    let stdoutData = Locked(Data())
+    let reader = Thread { let data = out.fileHandleForReading.readDataToEndOfFile(); stdoutData.withLock { $0 = data } }
     reader.start()
-    let stderrData = Mutex2<Data>(Data())
-    let errorReader = Thread { stderrData.set(err.fileHandleForReading.readDataToEndOfFile()) }
+    let stderrData = Locked(Data())
+    let errorReader = Thread { let data = err.fileHandleForReading.readDataToEndOfFile(); stderrData.withLock { $0 = data } }
     errorReader.start()
     let exited = process.waitUntilExit(orKillAfterSeconds: limitSeconds)
     for thread in [reader, errorReader] {
         while thread.isExecuting || !thread.isFinished { usleep(1000) }
     }
-    let stderr = String(decoding: stderrData.get(), as: UTF8.self)
-    return ToolRun(status: process.terminationStatus, stdout: String(decoding: stdoutData.get(), as: UTF8.self),
+    let stderr = String(decoding: stderrData.withLock { $0 }, as: UTF8.self)
+    return ToolRun(status: process.terminationStatus, stdout: String(decoding: stdoutData.withLock { $0 }, as: UTF8.self),
                    stderr: exited ? stderr : stderr + "\n(beacon \(arguments.first ?? "") killed after \(limitSeconds) s)")
-}
-
-/// A value handed between threads under a lock.
-final class Mutex2<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func set(_ newValue: Value) { lock.withLock { value = newValue } }
-    func get() -> Value { lock.withLock { value } }
 }
 
 @Suite(.timeLimit(.minutes(3)), .offThePool)

@@ -1,4 +1,5 @@
 import Beacon
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import Foundation
@@ -99,7 +100,7 @@ struct ClientFaultTests {
         }
         let total = 6000
         let runtimeDirectory = daemon.runtimeDirectory
-        let written = Mutex(0)
+        let written = Locked(0)
         let writer = Thread {
             guard let client = try? WireClient.patient(runtimeDirectory: runtimeDirectory) else { return }
             for i in 1...total {
@@ -159,7 +160,7 @@ struct ClientFaultTests {
         await test.wait("for the first sync") { test.client.connection.value == .live }
 
         // A writer that keeps writing through the crash, recording what was acknowledged.
-        let acknowledged = Mutex<[String: (revision: UInt64, value: Int)]>([:])
+        let acknowledged = Locked<[String: (revision: UInt64, value: Int)]>([:])
         let stopWriting = Atomic<Bool>(false)
         let writerDone = DispatchSemaphore(value: 0)
         let client = test.client
@@ -170,7 +171,7 @@ struct ClientFaultTests {
             while !stopWriting.load(ordering: .relaxed) {
                 let key = "k\(i % 50)"
                 let value = i
-                let result = Mutex<WriteResult?>(nil)
+                let result = Locked<WriteResult?>(nil)
                 Task(executorPreference: ThreadPerJobExecutor.shared) {
                     let written = try? await client.set(key, value)
                     result.withLock { $0 = written }

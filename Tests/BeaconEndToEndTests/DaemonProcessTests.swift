@@ -1,8 +1,8 @@
 import BeaconJournal
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import Foundation
-import Synchronization
 import Testing
 import BeaconTestSupport
 
@@ -24,7 +24,7 @@ struct DaemonProcessTests {
     @Test func killNineLosesNoAcknowledgedWriteAndRevisionsContinue() async throws {
         let dir = try temporaryDirectory()
         var daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
-        let acknowledged = Mutex<[(revision: UInt64, key: String, value: Int64)]>([])
+        let acknowledged = Locked<[(revision: UInt64, key: String, value: Int64)]>([])
         let writerDone = DispatchSemaphore(value: 0)
         let runtimeDirectory = daemon.runtimeDirectory
         Thread.detachNewThread {

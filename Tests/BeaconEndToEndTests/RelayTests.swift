@@ -1,4 +1,5 @@
 import Beacon
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -642,7 +643,7 @@ struct RelayTests {
         // write id until acknowledged. Through the far relay: puts of w keys, the same way.
         let stop = Atomic<Bool>(false)
         let lastTransaction = Atomic<Int>(0)
-        let relayAcks = Mutex<[(key: String, value: Int, revision: UInt64)]>([])
+        let relayAcks = Locked<[(key: String, value: Int, revision: UInt64)]>([])
         let primaryDirectory = primary.runtimeDirectory, farDirectory = far.runtimeDirectory
         let writers = DispatchGroup()
         writeTransactions(on: primaryDirectory, keys: { ["a.x", "a.y", "k\($0 % 20)"] }, until: { stop.load(ordering: .relaxed) },

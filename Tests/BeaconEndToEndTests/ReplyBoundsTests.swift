@@ -1,3 +1,4 @@
+import BeaconLocking
 import BeaconProtocol
 import BeaconWire
 import BeaconZMQ
@@ -215,7 +216,7 @@ struct SubscriberBoundsTests {
             "--runtime-dir", daemon.runtimeDirectory, "--subscribe", "big.", "--subscribe", "!", "--stop-when-subscribed"])
         defer { kill(stalled.processIdentifier, SIGKILL) }
         // A subscriber that reads everything, as fast as it comes, on a thread of its own.
-        let received = Mutex(0), stop = Atomic<Bool>(false), subscribed = Atomic<Bool>(false)
+        let received = Locked(0), stop = Atomic<Bool>(false), subscribed = Atomic<Bool>(false)
         let endpoint = WireEndpoint.publish(inRuntimeDirectory: daemon.runtimeDirectory)
         let reading = Thread {
             guard let context = try? ZMQContext(), let reader = try? ZMQSocket(context, type: .sub, linger: 0) else { return }

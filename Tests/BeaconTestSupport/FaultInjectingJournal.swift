@@ -1,6 +1,6 @@
 import BeaconDaemon
 import BeaconJournal
-import Synchronization
+import BeaconLocking
 
 /// A real journal (SQLite, in a file) whose commits a test can make fail, as a full disk or an
 /// unwritable file would: what the daemon does then — undo, refuse, back off, recover — is seen
@@ -10,7 +10,7 @@ import Synchronization
 public final class FaultInjectingJournal: JournalStore {
     /// The journal underneath.
     public let journal: Journal
-    private let faults = Mutex<(failing: JournalError?, commits: Int, failed: Int)>((nil, 0, 0))
+    private let faults = Locked<(failing: JournalError?, commits: Int, failed: Int)>((nil, 0, 0))
 
     /// Wraps `journal`.
     public init(_ journal: Journal) {

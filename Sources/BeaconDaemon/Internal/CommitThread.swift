@@ -1,6 +1,6 @@
 import BeaconJournal
+import BeaconLocking
 import Foundation
-import Synchronization
 
 /// Commits batches of journal changes on a thread of its own, so that the loop thread can
 /// decode and validate the next batch meanwhile (the loop's group commit, pipelined).
@@ -16,7 +16,7 @@ final class CommitThread: @unchecked Sendable {
     }
 
     private let journal: any JournalStore
-    private let slot = Mutex(Slot())
+    private let slot = Locked(Slot())
     private let work = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)

@@ -1,3 +1,4 @@
+import BeaconLocking
 import BeaconZMQ
 import Synchronization
 
@@ -14,8 +15,8 @@ final class LoopControl: Sendable {
     let wake: WakePipe
     private let stopFlag = Atomic<Bool>(false)
     private let started = Atomic<Bool>(false)
-    private let pendingReload = Mutex<DaemonConfiguration?>(nil)
-    private let finishState = Mutex<FinishState>(.running)
+    private let pendingReload = Locked<DaemonConfiguration?>(nil)
+    private let finishState = Locked<FinishState>(.running)
 
     init() throws(ZMQError) {
         wake = try WakePipe()
