@@ -229,30 +229,29 @@ final class ServerLoop: @unchecked Sendable {
 
     // MARK: Loop
 
-    /// What the loop polls: built anew when the publish socket is reopened, or the write
-    /// authority's sockets are replaced.
-    private struct PollSet {
-        let poller: ZMQPoller
-        /// The publish socket's and the write authority's generations it was built for.
-        let generation: Int, authorityGeneration: Int
-        let requests: Int, subscriptions: Int, wake: Int, authentication: Int
-        let probe: Int?
-        let monitors: [(socket: ConnectionLedger.Socket, index: Int)]
-
-        func isReadable(_ index: Int) -> Bool { poller.readyEvents(index).contains(.readable) }
+    /// What the loop polls and does in a pass, in the order that keeps the books right:
+    /// connections counted before their requests, finished commits answered before new requests.
+    /// Built anew when the ``socketGenerations`` change.
+    private func makePollRegistry() -> PollRegistry {
+        var registry = PollRegistry()
+        let wake = control.wake
+        registry.onReadable(fileDescriptor: wake.fileDescriptor) { wake.drain() }
+        authority.register(in: &registry, host: self)
+        for (socket, monitor) in connections.monitors {
+            registry.onReadable(monitor.reader) { [unowned self] in drainConnections(socket) }
+        }
+        registry.onReadable(network.zap) { [unowned self] in drainAuthentication() }
+        if let probe = network.servingProbe {
+            registry.onReadable(probe.pollable) { [unowned self] in probe.drain(now: clock.now()) }
+        }
+        registry.everyPass { [unowned self] in writes.completeCommitIfReady() }
+        registry.onReadable(publisher.socket) { [unowned self] in drainSubscriptions() }
+        registry.onReadable(router, readsRequests: true) { [unowned self] in drainRequests() }
+        return registry
     }
 
-    /// The sockets there are now, each component's with them (the write authority's are serviced every pass).
-    private func makePollSet() -> PollSet {
-        let poller = ZMQPoller()
-        let set = PollSet(
-            poller: poller, generation: publisher.generation, authorityGeneration: authority.socketGeneration, requests: poller.add(router), subscriptions: poller.add(publisher.socket),
-            wake: poller.add(fileDescriptor: control.wake.fileDescriptor), authentication: poller.add(network.zap),
-            probe: network.servingProbe.map { poller.add($0.pollable) },
-            monitors: connections.monitors.map { ($0.key, poller.add($0.value.reader)) })
-        authority.register(in: set.poller)
-        return set
-    }
+    /// Changes when the publish socket is reopened or the write authority replaces its sockets.
+    private var socketGenerations: (publisher: Int, authority: Int) { (publisher.generation, authority.socketGeneration) }
 
     /// The loop: runs on its own thread until a stop is asked, then closes everything.
     func run() {
@@ -264,21 +263,21 @@ final class ServerLoop: @unchecked Sendable {
             logger.warning("the loop could not join libzmq's I/O thread on its CPU", metadata: ["error": "\(error)"])
         }
         scheduleLoopTimers(from: clock.now())
-        var polled = makePollSet()
+        var registry = makePollRegistry(), registered = socketGenerations
         /// Whether the last pass read requests (compaction steps yield to them).
         var servedRequests = false
         while !control.isStopRequested {
             let now = clock.now()
-            if polled.generation != publisher.generation || polled.authorityGeneration != authority.socketGeneration {
-                polled = makePollSet()
+            if registered != socketGenerations {
+                (registry, registered) = (makePollRegistry(), socketGenerations)
             }
             do {
-                try polled.poller.poll(timeoutMilliseconds: pollTimeout(now: now, busy: servedRequests))
+                try registry.poll(timeoutMilliseconds: pollTimeout(now: now, busy: servedRequests))
             } catch {
                 logger.error("poll failed", metadata: ["error": "\(error)"])
                 break
             }
-            servedRequests = serviceReady(polled, now: now)
+            servedRequests = registry.serviceReady()
             let after = clock.now()
             writes.fireDueTimers(at: after)
             while let (timer, _) = timers.popDue(at: after) { fire(timer, at: after) }
@@ -304,22 +303,6 @@ final class ServerLoop: @unchecked Sendable {
         if network.replyFlows.hasWaiting { timeout = min(timeout, 2) }
         if let wait = authority.pollTimeoutMilliseconds { timeout = min(timeout, wait) }
         return timeout
-    }
-
-    /// Does what the sockets that polled ready call for, in an order that keeps the books right:
-    /// connections counted before their requests, finished commits answered before new requests.
-    /// - Returns: whether requests were read.
-    private func serviceReady(_ polled: PollSet, now: MonotonicTime) -> Bool {
-        if polled.isReadable(polled.wake) { control.wake.drain() }
-        authority.service(host: self)
-        for (monitor, index) in polled.monitors where polled.isReadable(index) { drainConnections(monitor) }
-        if polled.isReadable(polled.authentication) { drainAuthentication() }
-        if let probe = polled.probe, polled.isReadable(probe) { network.servingProbe?.drain(now: now) }
-        writes.completeCommitIfReady()
-        if polled.isReadable(polled.subscriptions) { drainSubscriptions() }
-        guard polled.isReadable(polled.requests) else { return false }
-        drainRequests()
-        return true
     }
 
     /// systemd's watchdog interval in milliseconds, if it watches.

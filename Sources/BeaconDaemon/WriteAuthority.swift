@@ -24,14 +24,12 @@ protocol WriteAuthority: AnyObject {
     /// The refusal of a read of a key or prefix this daemon does not hold; nil when it holds it.
     func refusesRead(of keyOrPrefix: String, host: some AuthorityHost) -> Refusal?
 
-    /// Adds the sockets it needs read to the loop's poller; they are serviced every pass.
-    func register(in poller: ZMQPoller)
+    /// Adds what it polls and the work it does each pass to the loop's registry.
+    func register(in registry: inout PollRegistry, host: some AuthorityHost)
     /// Changes when the sockets it registers are replaced: the loop registers them again.
     var socketGeneration: Int { get }
-    /// The longest the loop may wait before calling ``service(host:)`` again; nil: no limit.
+    /// The longest the loop may wait before its next pass; nil: no limit.
     var pollTimeoutMilliseconds: Int? { get }
-    /// Does what its sockets and deadlines call for; called every pass, after the poll.
-    func service(host: some AuthorityHost)
     /// At the end of each pass: hands back the requests that no longer need to wait.
     func finishPass(host: some AuthorityHost)
 
@@ -85,10 +83,9 @@ extension WriteAuthority {
     func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
                    host: some AuthorityHost) -> Bool { false }
     func refusesRead(of keyOrPrefix: String, host: some AuthorityHost) -> Refusal? { nil }
-    func register(in poller: ZMQPoller) {}
+    func register(in registry: inout PollRegistry, host: some AuthorityHost) {}
     var socketGeneration: Int { 0 }
     var pollTimeoutMilliseconds: Int? { nil }
-    func service(host: some AuthorityHost) {}
     func finishPass(host: some AuthorityHost) {}
     func committed(host: some AuthorityHost) {}
     func rolledBack(host: some AuthorityHost) {}

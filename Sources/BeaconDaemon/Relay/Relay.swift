@@ -86,9 +86,11 @@ final class Relay: WriteAuthority {
 
     // MARK: The loop
 
-    func register(in poller: ZMQPoller) {
-        poller.add(link.subscriber)
-        for socket in link.requests.pollable { poller.add(socket) }
+    /// Its upstream's sockets wake the loop; each pass, it services them and its deadlines.
+    func register(in registry: inout PollRegistry, host: some AuthorityHost) {
+        registry.wakes(on: link.subscriber)
+        for socket in link.requests.pollable { registry.wakes(on: socket) }
+        registry.everyPass { [unowned self, unowned host] in service(host: host) }
     }
 
     var socketGeneration: Int { link.requests.socketChanges }
@@ -97,7 +99,7 @@ final class Relay: WriteAuthority {
 
     /// Does what the link's sockets and deadlines call for, and takes what it reported:
     /// mirrored revisions and snapshots, answers, status.
-    func service(host: some AuthorityHost) {
+    private func service(host: some AuthorityHost) {
         var events: [UpstreamEvent] = []
         link.service(into: &events)
         guard !events.isEmpty else { return }
