@@ -32,7 +32,7 @@ final class ServerLoop: @unchecked Sendable {
     /// The settings in force: ``configuration`` plus reloads.
     @exclusivity(unchecked) var live: DaemonConfiguration
     /// The store, the journal and the writes on their way into it, with their replies and timers.
-    @exclusivity(unchecked) let writes: WritePath
+    let writes: WritePath
     /// Who decides writes: this daemon against its journal, or the upstream it relays.
     let authority: any WriteAuthority
     /// Rights, scopes and per-peer usage.
