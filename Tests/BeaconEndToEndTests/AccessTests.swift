@@ -11,16 +11,25 @@ struct AccessProbe {
     let executable: String
 
     /// Copies the probe where any user can run it.
+    ///
+    /// `install` copies it, in a process of its own. A copy written from this process is open
+    /// for writing in every child another test starts meanwhile, until that child execs; running
+    /// the copy fails then (`ETXTBSY`), and `setpriv` exits without a word.
     init(directory: String) throws {
         executable = directory + "/beacon-access-probe"
         if !FileManager.default.fileExists(atPath: executable) {
-            try FileManager.default.copyItem(atPath: try binary("beacon-access-probe"), toPath: executable)
+            let copy = Process()
+            copy.executableURL = URL(fileURLWithPath: "/usr/bin/install")
+            copy.arguments = ["-m", "755", try binary("beacon-access-probe"), executable]
+            try copy.runSerially()
+            copy.waitUntilExit()
+            try #require(copy.terminationStatus == 0, "install could not copy the probe to \(directory)")
         }
-        chmod(executable, 0o755)
     }
 
     /// Starts the probe as `identity` (setpriv's arguments; none: this process's user), its
-    /// standard output going to a new file at the returned path.
+    /// standard output going to a new file at the returned path, its standard error to that
+    /// path + `.err` (what a failing test shows).
     func launch(identity: [String], _ arguments: [String]) throws -> (process: Process, outputPath: String) {
         let outputPath = executable + ".out-\(UInt32.random(in: 0 ... .max))"
         _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
@@ -33,7 +42,8 @@ struct AccessProbe {
             process.arguments = identity + ["--clear-groups", "--", executable] + arguments
         }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-        process.standardError = FileHandle.nullDevice
+        _ = FileManager.default.createFile(atPath: outputPath + ".err", contents: nil)
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath + ".err"))
         try process.runSerially()
         return (process, outputPath)
     }

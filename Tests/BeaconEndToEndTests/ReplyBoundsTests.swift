@@ -27,7 +27,10 @@ extension AccessProbe {
         }
         while !stopped() && process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
         let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        try #require(output.contains("STOPPING") && stopped(), "the probe did not stop: \(output)")
+        let errors = (try? String(contentsOfFile: outputPath + ".err", encoding: .utf8)) ?? ""
+        try #require(output.contains("STOPPING") && stopped(), """
+            the probe did not stop (\(process.isRunning ? "running" : "exited \(process.terminationStatus)")): \(output) \(errors)
+            """)
         return process
     }
 }
