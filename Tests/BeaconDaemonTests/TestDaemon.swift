@@ -38,7 +38,21 @@ final class TestDaemon {
         } else {
             server = try BeaconServer(configuration: configuration, logger: logger)
         }
-        try server.start()
+        // A child another test is starting holds a copy of this process's descriptors until it
+        // execs, the instance lock of a daemon stopped here a moment ago among them: the lock
+        // is that daemon's until then. Starting on its directories waits for that (10 s at most).
+        try Self.start(server, patientFor: 10)
+    }
+
+    /// Starts `server`, trying again while its directories seem to be in use, for `seconds` at most.
+    private static func start(_ server: BeaconServer, patientFor seconds: Double) throws {
+        let deadline = Date().addingTimeInterval(seconds)
+        var result = Result { () throws(DaemonError) in try server.start() }
+        while case .failure(let error) = result, error.code == .alreadyRunning, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.005)
+            result = Result { () throws(DaemonError) in try server.start() }
+        }
+        try result.get()
     }
 
     func client() throws -> WireClient {
