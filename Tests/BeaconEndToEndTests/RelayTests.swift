@@ -614,6 +614,9 @@ struct RelayTests {
         let root = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
         let nearClient = try WireClient.patient(runtimeDirectory: near.runtimeDirectory)
         let farClient = try WireClient.patient(runtimeDirectory: far.runtimeDirectory)
+        // Each relay refuses writes until it has reached its upstream.
+        try eventually("the near relay reaches the primary") { try nearClient.ping().upstream.reachable }
+        try eventually("the far relay reaches the near one") { try farClient.ping().upstream.reachable }
         for index in 0..<20 {
             _ = try farClient.put("f\(index)", .with { $0.intValue = Int64(index) })
             _ = try root.put("p\(index)", .with { $0.intValue = Int64(index) })
