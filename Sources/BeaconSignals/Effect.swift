@@ -1,4 +1,5 @@
 import BeaconLocking
+
 /// A side effect that runs now and again whenever a signal it read changes.
 ///
 /// Made by `effect { … }`. Effects run at the end of the outermost write or `batch`, once per

@@ -1,4 +1,5 @@
 import BeaconLocking
+
 extension Signal {
     /// The signal's values as an `AsyncSequence`: the current value first, then each change.
     /// Iterate it in the isolation domain that owns the signal (the iterator's effect runs

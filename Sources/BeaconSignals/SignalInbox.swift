@@ -1,4 +1,5 @@
 import BeaconLocking
+
 /// The thread-safe way into a signal graph: other threads `post` updates, the isolation domain
 /// that owns the signals `drain`s them and applies them in one `batch`.
 ///
