@@ -20,6 +20,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        // etcd's v3 API over gRPC (etcd fronts).
+        .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport.git", from: "2.9.2"),
+        .package(url: "https://github.com/grpc/grpc-swift-protobuf.git", from: "2.4.1"),
     ],
     targets: [
         // A value behind a pthread mutex, which ThreadSanitizer sees (the package's one lock type).
@@ -46,6 +50,15 @@ let package = Package(
 
         // Wire schema (generated from proto/) and its validation rules.
         .target(name: "BeaconProtocol", dependencies: [
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+        ]),
+
+        // etcd's v3 API (generated from proto/etcd) behind one small client.
+        .target(name: "BeaconEtcd", dependencies: [
+            "BeaconLocking",
+            .product(name: "GRPCCore", package: "grpc-swift-2"),
+            .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
+            .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
         ]),
 
@@ -92,8 +105,9 @@ let package = Package(
         .testTarget(name: "BeaconSignalsTests", dependencies: ["BeaconSignals", "BeaconLocking"]),
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ", "BeaconTestSupport"]),
         .testTarget(name: "BeaconWireTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconTestSupport"]),
-        // What several test targets share (a seeded generator, systemd's notification socket, a patient client).
-        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal", "BeaconLocking"], path: "Tests/BeaconTestSupport"),
+        // What several test targets share (a seeded generator, systemd's notification socket, a patient client, an etcd cluster).
+        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal", "BeaconLocking", "BeaconEtcd"], path: "Tests/BeaconTestSupport"),
+        .testTarget(name: "BeaconEtcdTests", dependencies: ["BeaconEtcd", "BeaconTestSupport"]),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
         .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),

@@ -1,0 +1,215 @@
+import BeaconLocking
+import GRPCCore
+import GRPCNIOTransportHTTP2Posix
+import GRPCProtobuf
+
+/// A client of an etcd cluster's v3 API: the calls Beacon's fronts make, each sent to one member
+/// and, when that member cannot answer (down, frozen, or without a leader), to the next.
+///
+/// Every call asks for a member with a leader (etcd's `hasleader` metadata), so that a member cut
+/// off from its quorum refuses at once instead of waiting: when no member has a leader, a call
+/// fails with `.unavailable` after one quick pass over them. A call that may change state
+/// (`txn`, `leaseRevoke`, …) is tried on one member only unless the caller says it is safe to
+/// repeat (`idempotent`): its error then says it may have been applied.
+///
+/// Thread-safe. Owns a connection per member, on NIO's shared event loop threads; ``close()``
+/// ends them.
+package final class EtcdClient: Sendable {
+    package typealias Transport = HTTP2ClientTransport.Posix
+
+    private struct Member: Sendable {
+        let endpoint: EtcdEndpoint
+        let grpc: GRPCClient<Transport>
+    }
+
+    private let members: [Member]
+    /// The member tried first: the last one that answered.
+    private let preferred = Locked(0)
+    private let connections: Locked<[Task<Void, Never>]?>
+    /// How long one member has to answer one call.
+    package let callTimeout: Duration
+
+    private static let leaderRequired: Metadata = ["hasleader": "true"]
+
+    /// Connects (lazily) to every endpoint.
+    /// - Parameters:
+    ///   - endpoints: the members' client addresses; at least one.
+    ///   - tls: certificate files for `https://` endpoints.
+    ///   - callTimeout: how long one member has to answer one call before the next is tried.
+    /// - Throws: ``EtcdError`` (`.invalidConfiguration`) when a transport cannot be made.
+    package init(endpoints: [EtcdEndpoint], tls: EtcdTLSFiles = EtcdTLSFiles(),
+                 callTimeout: Duration = .seconds(2)) throws(EtcdError) {
+        precondition(!endpoints.isEmpty, "an etcd client needs an endpoint")
+        var members: [Member] = []
+        do {
+            for endpoint in endpoints {
+                let target: any ResolvableTarget = switch endpoint.address {
+                case .tcp(let host, let port): .dns(host: host, port: port)
+                case .unixSocket(let path): .unixDomainSocket(path: path)
+                }
+                let transport = try Transport(target: target, transportSecurity: Self.security(endpoint, tls),
+                                              config: .defaults { $0.backoff.max = .seconds(1) })
+                members.append(Member(endpoint: endpoint, grpc: GRPCClient(transport: transport)))
+            }
+        } catch {
+            throw EtcdError(.invalidConfiguration, "cannot set up the etcd client: \(error)")
+        }
+        self.members = members
+        self.callTimeout = callTimeout
+        connections = Locked(members.map { member in
+            Task { try? await member.grpc.runConnections() }
+        })
+    }
+
+    private static func security(_ endpoint: EtcdEndpoint, _ files: EtcdTLSFiles) -> Transport.TransportSecurity {
+        guard endpoint.isSecure else { return .plaintext }
+        let roots: TLSConfig.TrustRootsSource = files.authorityPath.map { .certificates([.file(path: $0, format: .pem)]) }
+            ?? .systemDefault
+        if let certificate = files.certificatePath, let key = files.keyPath {
+            return .mTLS(certificateChain: [.file(path: certificate, format: .pem)], privateKey: .file(path: key, format: .pem)) {
+                $0.trustRoots = roots
+            }
+        }
+        return .tls { $0.trustRoots = roots }
+    }
+
+    deinit { close() }
+
+    /// Ends every connection; later calls fail with `.closed`. Idempotent.
+    package func close() {
+        guard let tasks = connections.withLock({ tasks in defer { tasks = nil }; return tasks }) else { return }
+        for member in members { member.grpc.beginGracefulShutdown() }
+        for task in tasks { task.cancel() }
+    }
+
+    /// The endpoints, in the order given.
+    package var endpoints: [EtcdEndpoint] { members.map(\.endpoint) }
+
+    // MARK: Calls
+
+    /// Reads keys (`Range`).
+    package func range(_ request: Etcdserverpb_RangeRequest) async throws(EtcdError) -> Etcdserverpb_RangeResponse {
+        try await call("range", idempotent: true) { grpc, options in
+            try await Etcdserverpb_KV.Client(wrapping: grpc).range(request, metadata: Self.leaderRequired, options: options)
+        }
+    }
+
+    /// Runs a transaction (`Txn`).
+    /// - Parameter idempotent: whether applying it twice does no harm (it compares something its
+    ///   own success changes): it is then tried on the next member when one cannot answer.
+    package func txn(_ request: Etcdserverpb_TxnRequest, idempotent: Bool) async throws(EtcdError) -> Etcdserverpb_TxnResponse {
+        try await call("txn", idempotent: idempotent) { grpc, options in
+            try await Etcdserverpb_KV.Client(wrapping: grpc).txn(request, metadata: Self.leaderRequired, options: options)
+        }
+    }
+
+    /// Compacts etcd's history through `revision`.
+    package func compact(through revision: Int64) async throws(EtcdError) {
+        _ = try await call("compact", idempotent: true) { grpc, options in
+            try await Etcdserverpb_KV.Client(wrapping: grpc).compact(.with { $0.revision = revision },
+                                                                     metadata: Self.leaderRequired, options: options)
+        }
+    }
+
+    /// Grants a lease of `seconds` (etcd may raise it to its minimum).
+    /// - Returns: the lease's id and its time to live in seconds.
+    package func grantLease(seconds: Int64) async throws(EtcdError) -> (id: Int64, seconds: Int64) {
+        let reply = try await call("lease grant", idempotent: false) { grpc, options in
+            try await Etcdserverpb_Lease.Client(wrapping: grpc).leaseGrant(.with { $0.ttl = seconds },
+                                                                           metadata: Self.leaderRequired, options: options)
+        }
+        guard reply.error.isEmpty else { throw EtcdError(.rejected, "etcd granted no lease: \(reply.error)") }
+        return (reply.id, reply.ttl)
+    }
+
+    /// Ends a lease, deleting its keys in one revision. A lease already gone is not an error.
+    package func revokeLease(_ id: Int64) async throws(EtcdError) {
+        do {
+            _ = try await call("lease revoke", idempotent: true) { grpc, options in
+                try await Etcdserverpb_Lease.Client(wrapping: grpc).leaseRevoke(.with { $0.id = id },
+                                                                                metadata: Self.leaderRequired, options: options)
+            }
+        } catch where error.code == .rejected && error.message.contains("lease not found") {
+            return
+        }
+    }
+
+    /// Renews a lease once.
+    /// - Returns: its time to live in seconds from now; 0 when it is gone.
+    package func renewLease(_ id: Int64) async throws(EtcdError) -> Int64 {
+        try await call("lease keep-alive", idempotent: true) { grpc, options in
+            try await Etcdserverpb_Lease.Client(wrapping: grpc).leaseKeepAlive(metadata: Self.leaderRequired, options: options) { writer in
+                try await writer.write(.with { $0.id = id })
+            } onResponse: { response in
+                for try await reply in response.messages { return reply.ttl }
+                throw RPCError(code: .unavailable, message: "the keep-alive stream ended without an answer")
+            }
+        }
+    }
+
+    /// The answering member's status: its cluster id, the leader, its revision.
+    package func status() async throws(EtcdError) -> Etcdserverpb_StatusResponse {
+        try await call("status", idempotent: true) { grpc, options in
+            try await Etcdserverpb_Maintenance.Client(wrapping: grpc).status(.init(), metadata: Self.leaderRequired, options: options)
+        }
+    }
+
+    /// Sends `body` to the preferred member, and on to the next while they cannot answer (for
+    /// an idempotent call); remembers the one that answered.
+    private func call<Response: Sendable>(
+        _ what: String, idempotent: Bool,
+        _ body: @Sendable (GRPCClient<Transport>, CallOptions) async throws -> Response
+    ) async throws(EtcdError) -> Response {
+        guard connections.withLock({ $0 != nil }) else { throw EtcdError(.closed, "the etcd client was closed") }
+        var options = CallOptions.defaults
+        options.timeout = callTimeout
+        let first = preferred.withLock { $0 }
+        var failures: [String] = []
+        for attempt in 0..<members.count {
+            let index = (first + attempt) % members.count
+            let member = members[index]
+            do {
+                let response = try await body(member.grpc, options)
+                preferred.withLock { $0 = index }
+                return response
+            } catch {
+                let failure = Self.classify(error)
+                guard failure.code == .unavailable else { throw failure }
+                failures.append("\(member.endpoint): \(failure.message)")
+                rotate(awayFrom: index)
+                if !idempotent {
+                    throw EtcdError(.unavailable, "etcd \(what) got no answer (\(failures.joined(separator: "; "))): it may or may not have been applied")
+                }
+            }
+        }
+        throw EtcdError(.unavailable, "no etcd member answered the \(what) (\(failures.joined(separator: "; ")))")
+    }
+
+    /// The member a stream goes to, and its index; nil once closed.
+    func watchMember() -> (Int, GRPCClient<Transport>)? {
+        guard connections.withLock({ $0 != nil }) else { return nil }
+        let index = preferred.withLock { $0 }
+        return (index, members[index].grpc)
+    }
+
+    /// The member at `index` could not answer: the next call starts at the one after it.
+    func rotate(awayFrom index: Int) {
+        preferred.withLock { if $0 == index { $0 = (index + 1) % members.count } }
+    }
+
+    /// etcd's and gRPC's errors as ``EtcdError``s.
+    static func classify(_ error: any Error) -> EtcdError {
+        if let error = error as? EtcdError { return error }
+        guard let error = error as? RPCError else { return EtcdError(.unavailable, "\(error)") }
+        switch error.code {
+        case .unavailable, .deadlineExceeded, .aborted, .resourceExhausted, .unknown, .internalError:
+            return EtcdError(.unavailable, error.message.isEmpty ? "\(error.code)" : error.message)
+        case .cancelled:
+            return EtcdError(.closed, "the call was cancelled")
+        case .outOfRange where error.message.contains("compacted"):
+            return EtcdError(.compacted, error.message)
+        default:
+            return EtcdError(.rejected, "etcd refused: \(error.message) (\(error.code))")
+        }
+    }
+}

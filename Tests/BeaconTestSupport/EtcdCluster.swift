@@ -1,0 +1,142 @@
+import BeaconEtcd
+import Foundation
+
+/// A cluster of real `etcd` processes (Debian's `etcd-server`) for one test, talking over Unix
+/// sockets in the test's directory: no tcp port is taken. Members are started, killed, frozen
+/// and restarted one by one; every one still running is killed when the cluster is shut down
+/// or released.
+public final class EtcdCluster: @unchecked Sendable {
+    public let directory: String
+    public let size: Int
+    private var processes: [Process?]
+    private let lock = NSLock()
+
+    /// Starts `size` members and returns once every member has a leader.
+    /// - Throws: when etcd is missing or the cluster does not form within 30 s.
+    public init(size: Int = 3, prefix: String = "etcd") async throws {
+        directory = try makeTestDirectory(prefix)
+        self.size = size
+        processes = Array(repeating: nil, count: size)
+        for member in 0..<size { try launch(member, existing: false) }
+        try await waitUntilEveryMemberHasALeader()
+    }
+
+    deinit { shutDown() }
+
+    /// The members' client endpoints, for `EtcdClient` and `--etcd-endpoints`.
+    public var endpoints: [String] { (0..<size).map(endpoint(of:)) }
+
+    /// Member `member`'s client endpoint.
+    public func endpoint(of member: Int) -> String { "unix://\(directory)/m\(member).client:1" }
+
+    /// Every member's client endpoint, comma-separated.
+    public var endpointList: String { endpoints.joined(separator: ",") }
+
+    private func name(_ member: Int) -> String { "m\(member)" }
+
+    private func launch(_ member: Int, existing: Bool) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/etcd")
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        let cluster = (0..<size).map { "\(name($0))=unix://\(name($0)).peer:1" }.joined(separator: ",")
+        // etcd's unix:// listeners take the URL's host as a path relative to its working directory.
+        process.arguments = [
+            "--name", name(member), "--data-dir", "\(name(member)).data",
+            "--listen-client-urls", "unix://\(name(member)).client:1", "--advertise-client-urls", "unix://\(name(member)).client:1",
+            "--listen-peer-urls", "unix://\(name(member)).peer:1", "--initial-advertise-peer-urls", "unix://\(name(member)).peer:1",
+            "--initial-cluster", cluster, "--initial-cluster-state", existing ? "existing" : "new",
+            "--initial-cluster-token", "beacon-test",
+        ]
+        let log = "\(directory)/\(name(member)).log"
+        if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        handle.seekToEndOfFile()
+        process.standardError = handle
+        process.standardOutput = handle
+        try process.run()
+        lock.withLock { processes[member] = process }
+    }
+
+    /// The process id of a running member.
+    public func pid(of member: Int) -> Int32? {
+        lock.withLock { processes[member].map(\.processIdentifier) }
+    }
+
+    /// kill -9 of a member; it stays down until ``restart(_:)``.
+    public func kill(_ member: Int) {
+        guard let process = lock.withLock({ () -> Process? in defer { processes[member] = nil }; return processes[member] }) else { return }
+        Foundation.kill(process.processIdentifier, SIGCONT)
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// Freezes a member (SIGSTOP) until ``thaw(_:)``.
+    public func freeze(_ member: Int) {
+        if let pid = pid(of: member) { Foundation.kill(pid, SIGSTOP) }
+    }
+
+    /// Lets a frozen member go on (SIGCONT).
+    public func thaw(_ member: Int) {
+        if let pid = pid(of: member) { Foundation.kill(pid, SIGCONT) }
+    }
+
+    /// Starts a killed member again on its data directory; it rejoins the cluster.
+    public func restart(_ member: Int) throws {
+        precondition(pid(of: member) == nil, "member \(member) is running")
+        // A killed etcd leaves its sockets behind, and would not bind them again.
+        for socket in ["client", "peer"] { unlink("\(directory)/\(name(member)).\(socket):1") }
+        try launch(member, existing: true)
+    }
+
+    /// Kills every member still running.
+    public func shutDown() {
+        for member in 0..<size { kill(member) }
+    }
+
+    /// The index of the member that leads now, as a member that has a leader reports it.
+    /// - Throws: when no member answers with a leader within 30 s.
+    public func leader() async throws -> Int {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            var ids: [UInt64: Int] = [:]
+            var leader: UInt64 = 0
+            for member in 0..<size where pid(of: member) != nil {
+                guard let status = try? await Self.status(of: endpoint(of: member)) else { continue }
+                ids[status.header.memberID] = member
+                if status.leader != 0 { leader = status.leader }
+            }
+            if leader != 0, let index = ids[leader] { return index }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw EtcdClusterError("no member of the etcd cluster in \(directory) reported a leader within 30 s")
+    }
+
+    /// Returns once every running member answers with a leader.
+    /// - Throws: after 30 s.
+    public func waitUntilEveryMemberHasALeader() async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        var pending = Set((0..<size).filter { pid(of: $0) != nil })
+        while !pending.isEmpty {
+            for member in pending {
+                if let status = try? await Self.status(of: endpoint(of: member)), status.leader != 0 { pending.remove(member) }
+            }
+            if pending.isEmpty { return }
+            guard ContinuousClock.now < deadline else {
+                throw EtcdClusterError("etcd members \(pending.sorted()) in \(directory) have no leader after 30 s; see m*.log there")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    private static func status(of endpoint: String) async throws -> Etcdserverpb_StatusResponse {
+        let client = try EtcdClient(endpoints: [try EtcdEndpoint(parsing: endpoint)], callTimeout: .seconds(1))
+        defer { client.close() }
+        return try await client.status()
+    }
+}
+
+/// A cluster that did not come up or answer as a test needs.
+public struct EtcdClusterError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
