@@ -70,7 +70,7 @@ let package = Package(
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
-            "BeaconLocking", "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "CBeaconKernel", "CBeaconAcceptGuard",
+            "BeaconLocking", "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "BeaconEtcd", "CBeaconKernel", "CBeaconAcceptGuard",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -110,8 +110,8 @@ let package = Package(
         .testTarget(name: "BeaconEtcdTests", dependencies: ["BeaconEtcd", "BeaconTestSupport"]),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconLocking", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconEtcd", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconLocking", "BeaconEtcd", "BeaconTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

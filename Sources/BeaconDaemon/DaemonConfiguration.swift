@@ -1,3 +1,4 @@
+import BeaconEtcd
 import BeaconJournal
 import BeaconProtocol
 import BeaconWire
@@ -118,6 +119,42 @@ public struct DaemonConfiguration: Sendable, Equatable {
         }
     }
 
+    /// The etcd cluster this daemon fronts (`etcd_endpoints`): set, etcd decides every write and
+    /// the journal is a copy of what it holds under ``EtcdSettings/prefix``.
+    public var etcd: EtcdSettings?
+
+    /// How an etcd front reaches its cluster (`etcd_endpoints`, `etcd_prefix`, `etcd_cert`,
+    /// `etcd_key`, `etcd_ca`).
+    public struct EtcdSettings: Sendable, Equatable {
+        /// The members' client URLs: `http://HOST:PORT`, `https://HOST:PORT` or `unix://PATH`.
+        public var endpoints: [String]
+        /// The part of etcd's key space the fronts own (`etcd_prefix`, default `beacon/`).
+        public var prefix = "beacon/"
+        /// A client certificate for a cluster that asks for one (PEM).
+        public var certificateFile: String?
+        /// Its private key (PEM).
+        public var keyFile: String?
+        /// The authority that signed the members' certificates (PEM); none: the system's.
+        public var authorityFile: String?
+
+        public init(endpoints: [String]) {
+            self.endpoints = endpoints
+        }
+
+        func validate() throws(PolicyError) {
+            do {
+                _ = try EtcdEndpoint.list(parsing: endpoints.joined(separator: ","))
+            } catch {
+                throw PolicyError("etcd_endpoints: \(error.message)")
+            }
+            guard !prefix.isEmpty, !prefix.contains("\0") else { throw PolicyError("etcd_prefix must be a non-empty string") }
+            guard (certificateFile == nil) == (keyFile == nil) else { throw PolicyError("etcd_cert and etcd_key go together") }
+            for file in [certificateFile, keyFile, authorityFile].compactMap({ $0 }) where !FileManager.default.isReadableFile(atPath: file) {
+                throw PolicyError("etcd TLS file '\(file)' cannot be read")
+            }
+        }
+    }
+
     /// Every tcp endpoint this configuration binds.
     public var tcpEndpoints: [String] {
         (extraRequestEndpoints + extraPublishEndpoints).filter { $0.hasPrefix("tcp://") }
@@ -162,6 +199,10 @@ public struct DaemonConfiguration: Sendable, Equatable {
             throw PolicyError("endpoint '\(endpoint)' is neither tcp:// nor ipc://")
         }
         try upstream?.validate()
+        if etcd != nil && upstream != nil {
+            throw PolicyError("a daemon is either a relay (upstream) or an etcd front (etcd_endpoints), not both")
+        }
+        try etcd?.validate()
     }
 
     /// The journal file.
@@ -228,7 +269,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
             var value = trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
             let setting = Setting(name: trimmed[..<equals].trimmingCharacters(in: .whitespaces), value: value, path: path, line: index + 1)
-            if try !copy.applyLimit(setting), try !copy.applyUpstream(setting) { try copy.apply(setting) }
+            if try !copy.applyLimit(setting), try !copy.applyUpstream(setting), try !copy.applyEtcd(setting) { try copy.apply(setting) }
         }
         self = copy
     }
@@ -315,6 +356,33 @@ public struct DaemonConfiguration: Sendable, Equatable {
         case "reply_buffer_total_bytes": limits.replyBufferTotalBytes = try setting.number(Int.self, min: 1 << 20)
         case "publish_buffer_bytes": limits.publishBufferBytes = try setting.number(Int.self, min: 1 << 20)
         default: return false
+        }
+        return true
+    }
+
+    /// Applies an etcd front's setting (`etcd_endpoints` and what follows it); false if `setting` is not one.
+    private mutating func applyEtcd(_ setting: Setting) throws(FileError) -> Bool {
+        let value = setting.value
+        switch setting.name {
+        case "etcd_endpoints":
+            let endpoints = value.split { $0 == " " || $0 == "," }.map(String.init)
+            if endpoints.isEmpty {
+                etcd = nil
+            } else {
+                etcd = etcd ?? EtcdSettings(endpoints: endpoints)
+                etcd!.endpoints = endpoints
+            }
+        case "etcd_prefix", "etcd_cert", "etcd_key", "etcd_ca":
+            guard etcd != nil else { throw setting.fail("'\(setting.name)' needs an 'etcd_endpoints = URL,...' line before it") }
+            let given: String? = value.isEmpty ? nil : value
+            switch setting.name {
+            case "etcd_prefix": etcd!.prefix = value.isEmpty ? "beacon/" : value
+            case "etcd_cert": etcd!.certificateFile = given
+            case "etcd_key": etcd!.keyFile = given
+            default: etcd!.authorityFile = given
+            }
+        default:
+            return false
         }
         return true
     }

@@ -144,6 +144,7 @@ final class ServerLoop: @unchecked Sendable {
             ("pending_requests", next.limits.pendingRequests != live.limits.pendingRequests),
             ("loop_cpu", next.loopCPU != live.loopCPU),
             ("upstream", next.upstream != live.upstream),
+            ("etcd_endpoints", next.etcd != live.etcd),
         ]
         for (name, changed) in restartOnly where changed {
             logger.warning("setting changed on reload; it takes effect at the next start", metadata: ["setting": "\(name)"])
@@ -192,7 +193,7 @@ final class ServerLoop: @unchecked Sendable {
     /// The write path's settings in `configuration`.
     private static func writeSettings(_ configuration: DaemonConfiguration) -> WritePath.Settings {
         WritePath.Settings(sessionTTLMilliseconds: configuration.sessionTTLMilliseconds, maxBatch: configuration.maxBatch,
-                           expiresKeys: configuration.upstream == nil)
+                           expiresKeys: configuration.upstream == nil && configuration.etcd == nil)
     }
 
     /// Opens the publish socket anew: subscribers reconnect and subscribe anew (and repair what

@@ -27,11 +27,18 @@ extension EtcdClient {
     ///   compacted revision); `.unavailable` when the stream ended or failed; `.closed`.
     package func watch(prefix: [UInt8], from startRevision: Int64, progressInterval: Duration = .milliseconds(500),
                        onUpdate: @escaping @Sendable (WatchUpdate) async -> Bool) async throws(EtcdError) {
+        try await watch(prefix: prefix, end: Self.rangeEnd(ofPrefix: prefix), from: startRevision, progressInterval: progressInterval,
+                        onUpdate: onUpdate)
+    }
+
+    /// Watches every key from `prefix` up to (not including) `end`, as ``watch(prefix:from:progressInterval:onUpdate:)``.
+    package func watch(prefix: [UInt8], end: [UInt8], from startRevision: Int64, progressInterval: Duration = .milliseconds(500),
+                       onUpdate: @escaping @Sendable (WatchUpdate) async -> Bool) async throws(EtcdError) {
         guard let (index, grpc) = watchMember() else { throw EtcdError(.closed, "the etcd client was closed") }
         let create = Etcdserverpb_WatchRequest.with {
             $0.createRequest = .with {
                 $0.key = Data(prefix)
-                $0.rangeEnd = Data(Self.rangeEnd(ofPrefix: prefix))
+                $0.rangeEnd = Data(end)
                 $0.startRevision = startRevision
                 $0.prevKv = true
             }

@@ -70,6 +70,21 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Carry only the keys under this prefix; repeat for several (default: every key).", valueName: "prefix"))
     var upstreamPrefix: [String] = []
 
+    @Option(name: .long, help: ArgumentHelp("Run as a front of the etcd cluster with these client URLs (http://HOST:PORT, https://HOST:PORT or unix://PATH, comma-separated): etcd decides every write.", valueName: "urls"))
+    var etcdEndpoints: String?
+
+    @Option(name: .long, help: ArgumentHelp("The part of etcd's key space the fronts own (default: beacon/).", valueName: "prefix"))
+    var etcdPrefix: String?
+
+    @Option(name: .long, help: ArgumentHelp("A client certificate for a secured etcd cluster (PEM).", valueName: "file"))
+    var etcdCert: String?
+
+    @Option(name: .long, help: ArgumentHelp("The etcd client certificate's private key (PEM).", valueName: "file"))
+    var etcdKey: String?
+
+    @Option(name: .long, help: ArgumentHelp("The authority that signed the etcd members' certificates (PEM).", valueName: "file"))
+    var etcdCa: String?
+
     @Flag(name: .long, help: "Check the configuration (file, flags, access rules, CURVE key) and exit: 0 valid, 78 invalid.")
     var checkConfig = false
 
@@ -187,6 +202,20 @@ struct Beacond: AsyncParsableCommand {
             if let upstreamPublish { configuration.upstream!.publishEndpoint = upstreamPublish }
             if let upstreamServerKey { configuration.upstream!.serverKey = upstreamServerKey }
             if let upstreamKeyFile { configuration.upstream!.keyFile = upstreamKeyFile }
+        }
+        if let etcdEndpoints {
+            let endpoints = etcdEndpoints.split(separator: ",").map(String.init)
+            configuration.etcd = configuration.etcd ?? DaemonConfiguration.EtcdSettings(endpoints: endpoints)
+            configuration.etcd!.endpoints = endpoints
+        }
+        if etcdPrefix != nil || etcdCert != nil || etcdKey != nil || etcdCa != nil {
+            guard configuration.etcd != nil else {
+                throw ValidationError("--etcd-prefix, --etcd-cert, --etcd-key and --etcd-ca need --etcd-endpoints")
+            }
+            if let etcdPrefix { configuration.etcd!.prefix = etcdPrefix }
+            if let etcdCert { configuration.etcd!.certificateFile = etcdCert }
+            if let etcdKey { configuration.etcd!.keyFile = etcdKey }
+            if let etcdCa { configuration.etcd!.authorityFile = etcdCa }
         }
         if let loopCpu {
             guard let placement = LoopCPU(loopCpu) else { throw ValidationError("loop-cpu is auto, off or a CPU number, not '\(loopCpu)'") }

@@ -53,7 +53,7 @@ public final class EtcdCluster: @unchecked Sendable {
         handle.seekToEndOfFile()
         process.standardError = handle
         process.standardOutput = handle
-        try process.run()
+        try process.runSerially()
         lock.withLock { processes[member] = process }
     }
 

@@ -1,0 +1,399 @@
+import BeaconEtcd
+import BeaconJournal
+import BeaconProtocol
+import Foundation
+import Logging
+
+/// An etcd front's write authority: etcd decides every write, and the front's journal is a copy
+/// of what etcd holds under the front's prefix, filled by one watch (``EtcdLink``).
+///
+/// A write becomes one etcd transaction (``EtcdWritePlan``); the front answers it once etcd has
+/// committed it and the front's own journal shows its revision, so that its client reads its
+/// write here. A connection's writes go to etcd one at a time, in the order sent; its other
+/// requests wait behind them (``ForwardingOrder``). Loop thread only.
+final class EtcdFront: WriteAuthority {
+    /// A request that waits behind its connection's writes.
+    struct WaitingRequest {
+        var request: Beacon_V1_Request
+        var route: ReplyRoute
+        var inBatch: Bool
+        var context: RequestContext
+    }
+
+    /// A write on its way to etcd: where its answer goes.
+    struct Pending {
+        var connection: RoutingID
+        var ticket: HoldTicket
+        /// The client's request id.
+        var id: UInt64
+        var plan: EtcdWritePlan
+        /// The client's write id, as it sent it.
+        var clientWriteID: Data
+    }
+
+    /// A write etcd applied, waiting for this front's journal to show it.
+    struct Applied {
+        var connection: RoutingID
+        var ticket: HoldTicket
+        var reply: Beacon_V1_Reply
+        /// A retry of a write applied earlier: its versions are read from the journal once shown.
+        var replayedRevision: UInt64?
+    }
+
+    let link: EtcdLink
+    private let logger: Logger
+    private var reachable = false
+    private var etcdHead: UInt64 = 0
+    private var lastHeardMilliseconds: UInt64 = 0
+    /// Writes sent, by token; at most one per connection.
+    private var sent: [UInt64: Pending] = [:]
+    private var sending: Set<RoutingID> = []
+    /// Per connection, writes waiting for the one sent before them.
+    private var queued: [RoutingID: [Pending]] = [:]
+    private var nextToken: UInt64 = 1
+    private var order = ForwardingOrder<WaitingRequest>()
+    private var fences = WriteFences()
+    private var awaitingJournal = MirrorWaiters<Applied>()
+    private(set) var writesForwarded: UInt64 = 0
+
+    /// Connects to the cluster of `settings`, resuming from what `writes`' journal holds of it
+    /// (when it holds this prefix of this cluster's epoch), or taking the cluster's state anew.
+    init(settings: DaemonConfiguration.EtcdSettings, writes: WritePath, logger: Logger) throws(DaemonError) {
+        let layout = EtcdLayout(prefix: settings.prefix)
+        let journal = writes.journal
+        let resumable = journal.contentScope == layout.scope && journal.headRevision > 0
+        if !resumable && journal.headRevision > 0 {
+            logger.notice("the journal holds no copy of this etcd prefix: the front takes it anew", metadata: [
+                "prefix": "\(settings.prefix)", "journal.head": "\(journal.headRevision)"])
+        }
+        var lastCommit: UInt64 = 0
+        if resumable, let last = try? journal.changes(prefix: "", exact: false, from: journal.headRevision, to: journal.headRevision,
+                                                     limit: 1).changes.last {
+            lastCommit = last.timestampMilliseconds
+        }
+        link = try EtcdLink(settings: settings, after: resumable ? journal.headRevision : 0, journalEpoch: writes.epoch,
+                            lastCommitMilliseconds: lastCommit, logger: logger)
+        self.logger = logger
+    }
+
+    var stagesWritesHere: Bool { false }
+
+    // MARK: The loop
+
+    func register(in registry: inout PollRegistry, host: some AuthorityHost) {
+        registry.onReadable(fileDescriptor: link.wake.fileDescriptor) { [unowned self, unowned host] in service(host: host) }
+    }
+
+    /// Takes what the link reported: revisions, the cluster's state, answers, status.
+    private func service(host: some AuthorityHost) {
+        var staged = false
+        for event in link.take() {
+            switch event {
+            case .revisions(let revisions):
+                for changes in revisions where changes[0].revision > host.writes.headRevision {
+                    host.writes.stageMirrored(changes)
+                    staged = true
+                }
+            case .reset(let epoch, let revision, let entries):
+                if staged {
+                    host.writes.flush()
+                    staged = false
+                }
+                takeState(epoch: epoch, revision: revision, entries: entries, host: host)
+            case .answered(let token, let result):
+                answer(token: token, result, host: host)
+            case .status(let reachable, let head):
+                self.reachable = reachable
+                if reachable {
+                    etcdHead = max(etcdHead, head)
+                    lastHeardMilliseconds = host.writes.clock.wallMilliseconds()
+                }
+            }
+        }
+        if staged { host.writes.submitStagedIfIdle() }
+    }
+
+    /// Hands back, in order, the requests of connections whose writes were all answered.
+    func finishPass(host: some AuthorityHost) {
+        while let next = order.nextToHandBack() {
+            host.handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true, context: next.context)
+        }
+    }
+
+    func committed(host: some AuthorityHost) { journalAdvanced(host: host) }
+
+    func rolledBack(host: some AuthorityHost) {
+        // Revisions the journal did not take are read again from etcd.
+        let writes = host.writes
+        let last = (try? writes.journal.changes(prefix: "", exact: false, from: writes.durableRevision, to: writes.durableRevision,
+                                                limit: 1))?.changes.last
+        link.resume(after: writes.durableRevision, journalEpoch: writes.epoch, lastCommitMilliseconds: last?.timestampMilliseconds ?? 0)
+    }
+
+    /// Answers every write still waiting (it may have been applied), then the requests behind them.
+    func shutDown(host: some AuthorityHost) {
+        while !sent.isEmpty || !queued.isEmpty || !awaitingJournal.isEmpty || order.hasDue {
+            for token in sent.keys.sorted() { answer(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host) }
+            for (entry, revision) in awaitingJournal.takeAll() {
+                var answer = Beacon_V1_Reply()
+                answer.id = entry.reply.id
+                answer.error = Refusal(.upstreamUnavailable, "the front stopped before its journal showed revision \(revision), "
+                    + "which etcd applied; retry with the same write_id").wire(headRevision: host.writes.durableRevision)
+                host.writes.fill(entry.ticket, with: answer)
+                order.answered(for: entry.connection)
+            }
+            finishPass(host: host)
+        }
+        link.close()
+    }
+
+    // MARK: Mirroring
+
+    /// Replaces the journal and the store with the cluster's state at `revision`.
+    private func takeState(epoch: UInt64, revision: UInt64, entries: [JournalEntry], host: some AuthorityHost) {
+        let writes = host.writes
+        let previousEpoch = writes.epoch
+        do {
+            try writes.journal.replaceContents(epoch: epoch, revision: revision, entries: entries, scope: link.layout.scope)
+            try writes.load()
+        } catch {
+            logger.critical("the cluster's state could not be journaled", metadata: ["error": "\(error)"])
+            return
+        }
+        writes.forgetWriteIDs()
+        logger.notice("the front took the cluster's state", metadata: [
+            "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
+        host.historyReplaced(at: revision)
+        journalAdvanced(host: host)
+    }
+
+    /// The journal advanced: applied writes it now shows are answered.
+    private func journalAdvanced(host: some AuthorityHost) {
+        let writes = host.writes
+        for var entry in awaitingJournal.takeShown(journalEpoch: writes.epoch, upstreamEpoch: writes.epoch,
+                                                   durableRevision: writes.durableRevision) {
+            if let revision = entry.replayedRevision {
+                let versions = (try? writes.journal.changes(prefix: "", exact: false, from: revision, to: revision,
+                                                            limit: WireLimits.maxTxnOps))?.changes.map(\.version) ?? []
+                entry.reply.write.versions = versions
+            }
+            writes.fill(entry.ticket, with: entry.reply)
+            answered(entry.connection, host: host)
+        }
+    }
+
+    // MARK: Requests
+
+    func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
+                   host: some AuthorityHost) -> Bool {
+        guard let connection = route.connection else { return false }
+        let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
+        switch order.admit(waiting, of: connection, isForwarded: Self.isWrite(request),
+                           bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
+                           boundBytes: host.perConnectionBytes, handedBack: replaying) {
+        case .now:
+            return false
+        case .waits:
+            return true
+        case .overBound(let held):
+            host.closeConnection(connection, pilingUp: held,
+                                 reason: "requests waiting behind its writes to etcd passed reply_buffer_bytes (\(host.perConnectionBytes))")
+            return true
+        }
+    }
+
+    private static func isWrite(_ request: Beacon_V1_Request) -> Bool {
+        switch request.op {
+        case .put, .delete, .txn, .keepAlive: true
+        default: false
+        }
+    }
+
+    /// Sends a write to etcd once this front's rules and limits allow it; its reply keeps its
+    /// connection's place until etcd answers and this front's journal shows it.
+    func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
+        guard let op = request.op, let connection = route.connection else { return }
+        let plan: EtcdWritePlan
+        let clientWriteID: Data
+        do throws(Refusal) {
+            let (ops, writeID) = try Self.operations(of: op)
+            clientWriteID = writeID
+            try check(ops, writeID: writeID, context: context, host: host)
+            if !writeID.isEmpty, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds,
+                                                answersHeld: order.unanswered[connection] != nil) {
+                throw Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
+                    + "so this one was not sent (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
+            }
+            guard reachable else {
+                throw Refusal(.upstreamUnavailable, "no member of \(link.clusterName) with a leader answers this front; "
+                    + "reads are served from its copy, writes are refused: retry later")
+            }
+            plan = try EtcdWritePlan(ops: ops, writeID: writeID.isEmpty ? [] : context.owned(Array(writeID)), layout: link.layout)
+        } catch {
+            if error.code == .upstreamUnavailable, case .some(let id) = Self.writeID(of: op), !id.isEmpty {
+                fences.unavailable(connection, writeID: id, at: host.writes.clock.now().milliseconds)
+            }
+            return host.refuse(request.id, error, route: route, dependsOnStaged: false)
+        }
+        let pending = Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, plan: plan,
+                              clientWriteID: clientWriteID)
+        order.forwarded(by: connection)
+        writesForwarded += 1
+        if sending.contains(connection) {
+            queued[connection, default: []].append(pending)
+        } else {
+            send(pending, host: host)
+        }
+    }
+
+    private func send(_ pending: Pending, host: some AuthorityHost) {
+        let token = nextToken
+        nextToken += 1
+        sent[token] = pending
+        sending.insert(pending.connection)
+        link.send(pending.plan, token: token, nowMilliseconds: host.writes.clock.wallMilliseconds())
+    }
+
+    /// A write's operations and write id; `KeepAlive` is refused.
+    private static func operations(of op: Beacon_V1_Request.OneOf_Op) throws(Refusal) -> ([WriteOp], Data) {
+        switch op {
+        case .put(let put):
+            return ([WriteOp(put)], put.writeID)
+        case .delete(let delete):
+            return ([WriteOp(delete)], delete.writeID)
+        case .txn(let txn):
+            var ops: [WriteOp] = []
+            for (index, item) in txn.ops.enumerated() {
+                guard let converted = WriteOp(item) else {
+                    throw Refusal(.unknownRequest, "operation \(index): sets neither put nor delete")
+                }
+                ops.append(converted)
+            }
+            return (ops, txn.writeID)
+        case .keepAlive:
+            throw Refusal(.invalidArgument, "an etcd front does not keep sessions yet")
+        default:
+            preconditionFailure("only writes and KeepAlive are decided by the write authority")
+        }
+    }
+
+    private static func writeID(of op: Beacon_V1_Request.OneOf_Op) -> Data? {
+        switch op {
+        case .put(let put): put.writeID
+        case .delete(let delete): delete.writeID
+        case .txn(let txn): txn.writeID
+        default: nil
+        }
+    }
+
+    /// This front's rights and limits, and the protocol's own limits, as a primary checks them.
+    private func check(_ ops: [WriteOp], writeID: Data, context: RequestContext, host: some AuthorityHost) throws(Refusal) {
+        if writeID.count > WireLimits.maxWriteIDBytes {
+            throw Refusal(.invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
+        }
+        try host.checkWrite(ops, context: context)
+        if let problem = WriteOp.countProblem(ops.count) {
+            throw WritePath.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
+        }
+        for index in ops.indices {
+            if let problem = ops[index].inputProblem ?? ops[index].limitProblem {
+                throw WritePath.rejection(problem.code, problem.message, key: ops[index].key, index: index, current: 0,
+                                          operations: ops.count)
+            }
+        }
+    }
+
+    /// Answers a write with etcd's outcome: applied (once the journal shows it), refused, or —
+    /// when no member answered — `UPSTREAM_UNAVAILABLE`, which says it may have been applied.
+    /// The connection's next write goes out; after an unavailable one, its queued writes are
+    /// refused the same way (they would be applied ahead of it).
+    private func answer(token: UInt64, _ result: Result<Etcdserverpb_TxnResponse, EtcdError>, host: some AuthorityHost) {
+        guard let pending = sent.removeValue(forKey: token) else { return }
+        sending.remove(pending.connection)
+        let writes = host.writes
+        var reply = Beacon_V1_Reply()
+        reply.id = pending.id
+        switch result {
+        case .success(let response):
+            switch pending.plan.outcome(of: response) {
+            case .applied(let revision, let versions):
+                reply.write = .with {
+                    $0.revision = revision
+                    $0.versions = versions
+                }
+                awaitingJournal.add(Applied(connection: pending.connection, ticket: pending.ticket, reply: reply), epoch: writes.epoch,
+                                    revision: revision)
+            case .replayed(let revision):
+                reply.write = .with {
+                    $0.revision = revision
+                    $0.replayed = true
+                }
+                awaitingJournal.add(Applied(connection: pending.connection, ticket: pending.ticket, reply: reply, replayedRevision: revision),
+                                    epoch: writes.epoch, revision: revision)
+            case .refused(let refusal):
+                host.countRejected(1)
+                reply.error = refusal.wire(headRevision: writes.durableRevision)
+                writes.fill(pending.ticket, with: reply)
+                answered(pending.connection, host: host)
+            }
+            journalAdvanced(host: host)
+            sendNext(of: pending.connection, host: host)
+        case .failure(let error):
+            host.countRejected(1)
+            let refusal: Refusal = switch error.code {
+            case .rejected:
+                Refusal(.invalidArgument, "etcd refused the write: \(error.message)")
+            default:
+                Refusal(.upstreamUnavailable, "etcd did not answer (\(error.message)): the write may or may not have been applied; "
+                    + "retry with the same write_id to find out")
+            }
+            reply.error = refusal.wire(headRevision: writes.durableRevision)
+            writes.fill(pending.ticket, with: reply)
+            answered(pending.connection, host: host)
+            guard refusal.code == .upstreamUnavailable else { return sendNext(of: pending.connection, host: host) }
+            fences.unavailable(pending.connection, writeID: pending.clientWriteID, at: writes.clock.now().milliseconds)
+            for later in queued.removeValue(forKey: pending.connection) ?? [] {
+                host.countRejected(1)
+                var turnedAway = Beacon_V1_Reply()
+                turnedAway.id = later.id
+                turnedAway.error = Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
+                    + "so this one was not sent (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
+                    .wire(headRevision: writes.durableRevision)
+                writes.fill(later.ticket, with: turnedAway)
+                if !later.clientWriteID.isEmpty {
+                    fences.unavailable(later.connection, writeID: later.clientWriteID, at: writes.clock.now().milliseconds)
+                }
+                answered(later.connection, host: host)
+            }
+        }
+    }
+
+    private func sendNext(of connection: RoutingID, host: some AuthorityHost) {
+        guard var waiting = queued[connection], !waiting.isEmpty else { return }
+        let next = waiting.removeFirst()
+        queued[connection] = waiting.isEmpty ? nil : waiting
+        send(next, host: host)
+    }
+
+    /// A write of `connection` was answered; once none is left, a fence counts its hold from now.
+    private func answered(_ connection: RoutingID, host: some AuthorityHost) {
+        order.answered(for: connection)
+        if order.unanswered[connection] == nil { fences.answersGiven(connection, at: host.writes.clock.now().milliseconds) }
+    }
+
+    // MARK: Reporting
+
+    var upstreamStatus: Beacon_V1_UpstreamStatus? {
+        .with {
+            $0.endpoint = link.clusterName
+            $0.reachable = reachable
+            $0.headRevision = etcdHead
+            $0.lastHeardMs = lastHeardMilliseconds
+        }
+    }
+
+    func statusLine(headRevision: UInt64) -> String {
+        ", front of \(link.clusterName): "
+            + (reachable ? "etcd revision \(etcdHead)" : "ETCD UNREACHABLE, serving what it has")
+    }
+}

@@ -1,0 +1,222 @@
+import BeaconEtcd
+import BeaconJournal
+import BeaconLocking
+import BeaconZMQ
+import Foundation
+import Logging
+
+/// What an etcd front's link reports to the loop thread, in order.
+enum EtcdLinkEvent: Sendable {
+    /// Whole Beacon revisions from the watch, in order.
+    case revisions([[JournalChange]])
+    /// The cluster's state at `revision`, to replace the journal's (a first sync, another epoch,
+    /// history etcd compacted away).
+    case reset(epoch: UInt64, revision: UInt64, entries: [JournalEntry])
+    /// etcd's answer to the write sent with `token`.
+    case answered(token: UInt64, Result<Etcdserverpb_TxnResponse, EtcdError>)
+    /// Whether the watch is in place (a member with a leader answers), and etcd's revision.
+    case status(reachable: Bool, headRevision: UInt64)
+}
+
+/// An etcd front's link to its cluster: one watch of the front's prefix, from the revision after
+/// what its journal holds, turned into Beacon revisions; and the writes it sends. Runs on Swift
+/// concurrency's threads; reports to the loop thread through an inbox and a wake-up pipe, which
+/// the loop polls. ``close()`` ends it.
+final class EtcdLink: Sendable {
+    let client: EtcdClient
+    let layout: EtcdLayout
+    /// Readable when events wait in the inbox.
+    let wake: WakePipe
+    /// A description of the cluster for status lines and `UpstreamStatus.endpoint`.
+    let clusterName: String
+    private let inbox = Locked<[EtcdLinkEvent]>([])
+    private let watching = Locked<Task<Void, Never>?>(nil)
+    private let writes = Locked<[UInt64: Task<Void, Never>]?>([:])
+    /// The lease write ids are kept on, and when it was granted.
+    private let writeIDLease = Locked<(id: Int64, grantedAt: ContinuousClock.Instant)?>(nil)
+    private let logger: Logger
+    /// What the last status reported said (for logging each loss once).
+    private let wasReachable = Locked(true)
+
+    /// How long a write id's key is kept at least (its lease lives twice as long).
+    static let writeIDSeconds: Int64 = 1800
+
+    /// Connects to the cluster and starts watching.
+    /// - Parameters:
+    ///   - after: the last etcd revision the journal holds (0: none); the watch resumes after it
+    ///     if `journalEpoch` is the cluster's, or takes the cluster's state anew.
+    ///   - lastCommitMilliseconds: the commit time of that revision.
+    init(settings: DaemonConfiguration.EtcdSettings, after: UInt64, journalEpoch: UInt64, lastCommitMilliseconds: UInt64,
+         logger: Logger) throws(DaemonError) {
+        do {
+            client = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: settings.endpoints.joined(separator: ",")),
+                                    tls: EtcdTLSFiles(certificatePath: settings.certificateFile, keyPath: settings.keyFile,
+                                                      authorityPath: settings.authorityFile))
+            wake = try WakePipe()
+        } catch {
+            throw DaemonError(.startup, "cannot set up the etcd client: \(error)")
+        }
+        layout = EtcdLayout(prefix: settings.prefix)
+        clusterName = "etcd " + settings.endpoints.joined(separator: ",") + " " + settings.prefix
+        self.logger = logger
+        resume(after: after, journalEpoch: journalEpoch, lastCommitMilliseconds: lastCommitMilliseconds)
+    }
+
+    /// Follows the cluster anew from the revision after `after` (what the journal holds now).
+    func resume(after: UInt64, journalEpoch: UInt64, lastCommitMilliseconds: UInt64) {
+        let task = Task { [self] in
+            await follow(after: after, journalEpoch: journalEpoch, lastCommitMilliseconds: lastCommitMilliseconds)
+        }
+        watching.withLock { running in
+            running?.cancel()
+            running = task
+        }
+    }
+
+    /// Ends the watch and every write in flight (their answers are not reported), and the client.
+    func close() {
+        watching.withLock { $0 }?.cancel()
+        for task in writes.withLock({ tasks in defer { tasks = nil }; return tasks ?? [:] }).values { task.cancel() }
+        client.close()
+    }
+
+    /// Takes the events reported since the last call, in order.
+    func take() -> [EtcdLinkEvent] {
+        wake.drain()
+        return inbox.withLock { events in defer { events.removeAll() }; return events }
+    }
+
+    private func report(_ event: EtcdLinkEvent) {
+        if case .status(let reachable, _) = event { wasReachable.withLock { $0 = reachable } }
+        inbox.withLock { $0.append(event) }
+        wake.wake()
+    }
+
+    // MARK: Writes
+
+    /// Sends a write's transaction; its answer comes back as `.answered(token, …)`.
+    func send(_ plan: EtcdWritePlan, token: UInt64, nowMilliseconds: UInt64) {
+        let task = Task { [self] in
+            let result: Result<Etcdserverpb_TxnResponse, EtcdError>
+            do throws(EtcdError) {
+                let lease = plan.writeID.isEmpty ? 0 : try await currentWriteIDLease()
+                result = .success(try await client.txn(plan.request(nowMilliseconds: nowMilliseconds, writeIDLease: lease), idempotent: !plan.writeID.isEmpty))
+            } catch {
+                if error.code == .rejected && error.message.contains("lease not found") { writeIDLease.withLock { $0 = nil } }
+                result = .failure(error)
+            }
+            writes.withLock { _ = $0?.removeValue(forKey: token) }
+            report(.answered(token: token, result))
+        }
+        let added = writes.withLock { tasks -> Bool in
+            guard tasks != nil else { return false }
+            tasks![token] = task
+            return true
+        }
+        if !added { task.cancel() }
+    }
+
+    /// The lease for write ids: granted for twice ``writeIDSeconds`` and used for half of that.
+    private func currentWriteIDLease() async throws(EtcdError) -> Int64 {
+        if let lease = writeIDLease.withLock({ $0 }), ContinuousClock.now - lease.grantedAt < .seconds(Self.writeIDSeconds) {
+            return lease.id
+        }
+        let granted = try await client.grantLease(seconds: Self.writeIDSeconds * 2)
+        writeIDLease.withLock { $0 = (granted.id, .now) }
+        return granted.id
+    }
+
+    // MARK: The watch
+
+    /// Follows the cluster until closed: takes its state when the journal's is not its own, then
+    /// watches from the revision after the last one applied; reports whether a member answers.
+    private func follow(after journaled: UInt64, journalEpoch: UInt64, lastCommitMilliseconds: UInt64) async {
+        var after = journaled
+        var epoch: UInt64?
+        var reader = EtcdChangeReader(layout: layout, lastCommitMilliseconds: lastCommitMilliseconds)
+        while !Task.isCancelled {
+            do throws(EtcdError) {
+                let clusterEpoch = try await self.epoch()
+                if after == 0 || clusterEpoch != (epoch ?? journalEpoch) {
+                    after = try await takeState(epoch: clusterEpoch, reader: &reader)
+                }
+                epoch = clusterEpoch
+                let range = layout.watchedRange
+                let progress = Locked((after: after, reader: reader))
+                defer { (after, reader) = progress.withLock { ($0.after, $0.reader) } }
+                try await client.watch(prefix: range.start, end: range.end, from: Int64(after + 1)) { [self] update in
+                    switch update {
+                    case .created(let head), .progress(let head):
+                        report(.status(reachable: true, headRevision: UInt64(max(head, 0))))
+                    case .events(let events, let head):
+                        let revisions = progress.withLock { state in
+                            state.after = UInt64(max(events.last?.kv.modRevision ?? 0, 0))
+                            return state.reader.revisions(from: events)
+                        }
+                        if !revisions.isEmpty { report(.revisions(revisions)) }
+                        report(.status(reachable: true, headRevision: UInt64(max(head, 0))))
+                    }
+                    return !Task.isCancelled
+                }
+            } catch {
+                if Task.isCancelled || error.code == .closed { return }
+                if error.code == .compacted {
+                    logger.notice("etcd compacted history this front still needed: it takes the cluster's state anew", metadata: [
+                        "front.after": "\(after)", "etcd.compacted": "\(error.compactedRevision)"])
+                    after = 0
+                    continue
+                }
+                if wasReachable.withLock({ $0 }) {
+                    logger.warning("etcd cannot be followed; serving what this front holds", metadata: ["error": "\(error)"])
+                }
+                report(.status(reachable: false, headRevision: 0))
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    /// The cluster's epoch: its id mixed with the generation and a random number kept under the
+    /// prefix (`GENERATION NONCE`, created as generation 1 by the first front), so that two
+    /// clusters made alike (the same token and member URLs give the same id) differ.
+    private func epoch() async throws(EtcdError) -> UInt64 {
+        let key = layout.generationKey
+        let fresh = "1 " + String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        let created = try await client.txn(.with {
+            $0.compare = [.with { $0.key = key; $0.target = .create; $0.result = .equal; $0.createRevision = 0 }]
+            $0.success = [.with { $0.requestPut = .with { $0.key = key; $0.value = Data(fresh.utf8) } }]
+            $0.failure = [.with { $0.requestRange = .with { $0.key = key } }]
+        }, idempotent: true)
+        let text = created.succeeded ? fresh : String(decoding: created.responses.first?.responseRange.kvs.first?.value ?? Data(), as: UTF8.self)
+        let parts = text.split(separator: " ")
+        guard let first = parts.first, let generation = UInt64(first), parts.count <= 2,
+              let nonce = parts.count == 2 ? UInt64(parts[1], radix: 16) : 0 else {
+            throw EtcdError(.rejected, "\(String(decoding: key, as: UTF8.self)) holds '\(text)', not 'GENERATION [NONCE]'")
+        }
+        return EtcdLayout.epoch(clusterID: created.header.clusterID ^ nonce, generation: generation)
+    }
+
+    /// Reads every key under the prefix at one revision and reports it as the state to take.
+    /// - Returns: that revision.
+    private func takeState(epoch: UInt64, reader: inout EtcdChangeReader) async throws(EtcdError) -> UInt64 {
+        let range = layout.watchedRange
+        var entries: [JournalEntry] = []
+        var revision: Int64 = 0
+        var start = Data(range.start)
+        while true {
+            let page = try await client.range(.with {
+                $0.key = start
+                $0.rangeEnd = Data(range.end)
+                $0.revision = revision
+                $0.limit = 10_000
+            })
+            if revision == 0 { revision = page.header.revision }
+            for kv in page.kvs { if let entry = reader.entry(kv) { entries.append(entry) } }
+            guard page.more, let last = page.kvs.last else { break }
+            start = last.key + Data([0])
+        }
+        let taken = UInt64(max(revision, 0))
+        report(.reset(epoch: epoch, revision: taken, entries: entries))
+        report(.status(reachable: true, headRevision: taken))
+        return taken
+    }
+}

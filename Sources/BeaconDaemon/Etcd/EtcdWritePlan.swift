@@ -1,0 +1,141 @@
+import BeaconEtcd
+import BeaconProtocol
+import Foundation
+
+/// One Beacon write (a put, a delete, or a transaction of them) as one etcd transaction, and
+/// etcd's answer as Beacon's.
+///
+/// The transaction compares what Beacon's rules ask (`if_version`, `create_only`, a delete's key
+/// existing, the write id not applied yet), and on success writes the keys, the commit clock and
+/// the write id; on failure it reads the write id and each key, so that the answer can say which
+/// rule failed, or that the write was applied before (a retry). So it may be sent again, through
+/// any front: it is applied at most once.
+struct EtcdWritePlan {
+    let ops: [WriteOp]
+    let writeID: [UInt8]
+    let layout: EtcdLayout
+
+    /// What etcd's answer means for the client.
+    enum Outcome {
+        /// Applied at `revision`: the keys' versions after it, in operation order.
+        case applied(revision: UInt64, versions: [UInt64])
+        /// Applied before, at `revision` (the write id was found).
+        case replayed(revision: UInt64)
+        /// A rule failed; nothing was applied.
+        case refused(Refusal)
+    }
+
+    /// Refuses what a front cannot turn into one etcd transaction.
+    /// - Throws: `INVALID_ARGUMENT` for a key twice in one transaction (etcd applies each key at
+    ///   most once per transaction), a time to live or a session (not kept by fronts yet).
+    init(ops: [WriteOp], writeID: [UInt8], layout: EtcdLayout) throws(Refusal) {
+        var seen = Set<String>()
+        for (index, op) in ops.enumerated() {
+            guard seen.insert(op.key).inserted else {
+                throw WritePath.rejection(.invalidArgument, "key '\(op.key)' appears twice in one transaction; an etcd front writes each key once per transaction",
+                                          key: op.key, index: index, current: 0, operations: ops.count)
+            }
+            if case .put(_, _, let ttl, let session) = op.action, ttl > 0 || !session.isEmpty {
+                throw WritePath.rejection(.invalidArgument, "an etcd front does not keep keys with ttl_ms or a session yet",
+                                          key: op.key, index: index, current: 0, operations: ops.count)
+            }
+        }
+        self.ops = ops
+        self.writeID = writeID
+        self.layout = layout
+    }
+
+    /// The transaction, committed at wall-clock time `now`; the write id's key goes on `writeIDLease`.
+    func request(nowMilliseconds now: UInt64, writeIDLease: Int64) -> Etcdserverpb_TxnRequest {
+        var txn = Etcdserverpb_TxnRequest()
+        if !writeID.isEmpty {
+            txn.compare.append(.with {
+                $0.key = layout.writeIDKey(writeID)
+                $0.target = .create
+                $0.result = .equal
+                $0.createRevision = 0
+            })
+            txn.failure.append(.with { $0.requestRange = .with { $0.key = layout.writeIDKey(writeID) } })
+        }
+        for op in ops {
+            let key = layout.dataKey(op.key)
+            func compareVersion(_ result: Etcdserverpb_Compare.CompareResult, _ version: UInt64) {
+                txn.compare.append(.with {
+                    $0.key = key
+                    $0.target = .version
+                    $0.result = result
+                    $0.version = Int64(clamping: version)
+                })
+            }
+            if let expected = op.ifVersion { compareVersion(.equal, expected) }
+            switch op.action {
+            case .put(let encoded, let createOnly, _, _):
+                if createOnly { compareVersion(.equal, 0) }
+                txn.success.append(.with {
+                    $0.requestPut = .with {
+                        $0.key = key
+                        $0.value = EtcdLayout.storedValue(encodedValue: encoded, modTimeMilliseconds: now, expiresAtMilliseconds: 0)
+                        $0.prevKv = true
+                    }
+                })
+            case .delete:
+                compareVersion(.greater, 0)
+                txn.success.append(.with { $0.requestDeleteRange = .with { $0.key = key } })
+            }
+            txn.failure.append(.with { $0.requestRange = .with { $0.key = key } })
+        }
+        txn.success.append(.with {
+            $0.requestPut = .with {
+                $0.key = layout.clockKey
+                $0.value = EtcdLayout.clockValue(milliseconds: now, isExpiry: false)
+            }
+        })
+        if !writeID.isEmpty {
+            txn.success.append(.with {
+                $0.requestPut = .with {
+                    $0.key = layout.writeIDKey(writeID)
+                    $0.lease = writeIDLease
+                }
+            })
+        }
+        return txn
+    }
+
+    /// What etcd's answer to ``request(nowMilliseconds:writeIDLease:)`` means.
+    func outcome(of response: Etcdserverpb_TxnResponse) -> Outcome {
+        let revision = UInt64(max(response.header.revision, 0))
+        if response.succeeded {
+            let versions = ops.indices.map { index -> UInt64 in
+                guard case .put = ops[index].action, index < response.responses.count else { return 0 }
+                let previous = response.responses[index].responsePut
+                return previous.hasPrevKv ? UInt64(max(previous.prevKv.version, 0)) + 1 : 1
+            }
+            return .applied(revision: revision, versions: versions)
+        }
+        var reads = response.responses[...]
+        if !writeID.isEmpty {
+            if let applied = reads.popFirst()?.responseRange.kvs.first {
+                return .replayed(revision: UInt64(max(applied.createRevision, 0)))
+            }
+        }
+        for (index, op) in ops.enumerated() {
+            let version = UInt64(max(reads.popFirst()?.responseRange.kvs.first?.version ?? 0, 0))
+            func refusal(_ code: Refusal.Code, _ message: String) -> Outcome {
+                .refused(WritePath.rejection(code, message, key: op.key, index: index, current: version, operations: ops.count))
+            }
+            if let expected = op.ifVersion, expected != version {
+                return refusal(.versionConflict, "key '\(op.key)' is at version \(version), not \(expected)")
+            }
+            switch op.action {
+            case .put(_, let createOnly, _, _) where createOnly && version > 0:
+                return refusal(.alreadyExists, "key '\(op.key)' already exists (version \(version))")
+            case .delete where version == 0:
+                return refusal(.notFound, "key '\(op.key)' does not exist")
+            default:
+                continue
+            }
+        }
+        // Every rule holds now: the state changed between etcd's compare and its reads.
+        return .refused(Refusal(.versionConflict, "a key of this write changed while it was decided; send it again"))
+    }
+}

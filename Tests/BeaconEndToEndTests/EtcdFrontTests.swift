@@ -1,0 +1,261 @@
+import Beacon
+import BeaconEtcd
+import BeaconLocking
+import BeaconProtocol
+import BeaconTestSupport
+import BeaconWire
+import Foundation
+import Testing
+
+/// A three-member etcd cluster and `beacond`s fronting it, each on its own directories.
+private final class FrontedCluster {
+    let etcd: EtcdCluster
+    let directory: String
+    private var fronts: [String: DaemonProcess] = [:]
+
+    init() async throws {
+        etcd = try await EtcdCluster()
+        directory = try temporaryDirectory()
+    }
+
+    /// Starts (or starts again, on its journal) front `name`.
+    @discardableResult
+    func start(_ name: String) throws -> DaemonProcess {
+        try FileManager.default.createDirectory(atPath: "\(directory)/\(name)", withIntermediateDirectories: true)
+        let front = try DaemonProcess(runtimeDirectory: "\(directory)/\(name)/run", stateDirectory: "\(directory)/\(name)/state",
+                                      extraArguments: ["--etcd-endpoints", etcd.endpointList])
+        fronts[name] = front
+        return front
+    }
+
+    func front(_ name: String) -> DaemonProcess { fronts[name]! }
+
+    func client(_ name: String) throws -> WireClient {
+        try WireClient.patient(runtimeDirectory: fronts[name]!.runtimeDirectory)
+    }
+
+    /// Waits until front `name` says a member with a leader answers it.
+    func waitUntilReachable(_ name: String, _ reachable: Bool = true) throws {
+        let client = try self.client(name)
+        let reached = waitUntil(seconds: 30) { (try? client.ping(timeoutMilliseconds: 500))?.upstream.reachable == reachable }
+        #expect(reached, "front \(name) did not become \(reachable ? "reachable" : "unreachable")")
+    }
+
+    /// Waits until every front shows etcd revision `revision`.
+    func waitUntilEveryFrontHolds(_ revision: UInt64) throws {
+        for (name, front) in fronts where front.process.isRunning {
+            let client = try WireClient.patient(runtimeDirectory: front.runtimeDirectory)
+            let caught = waitUntil(seconds: 30) { ((try? client.ping(timeoutMilliseconds: 500))?.headRevision ?? 0) >= revision }
+            #expect(caught, "front \(name) did not reach revision \(revision)")
+        }
+    }
+
+    func shutDown() {
+        for front in fronts.values where front.process.isRunning { front.stop() }
+        etcd.shutDown()
+    }
+}
+
+/// Fronts of one etcd cluster show one history: DESIGN.md's guarantees across fronts, and what
+/// each fault of the cluster or of a front leaves.
+@Suite("etcd fronts", .timeLimit(.minutes(4)), .offThePool)
+struct EtcdFrontTests {
+    private func value(_ number: Int64) -> Beacon_V1_Value { .with { $0.intValue = number } }
+
+    /// The events of a whole history, as comparable text: revision, part, kind, key, version, value.
+    private func history(_ client: WireClient, _ prefix: String) throws -> [String] {
+        try client.wholeHistory(prefix).map {
+            "\($0.revision).\($0.part)/\($0.parts) \($0.change.kind) \($0.change.key) v\($0.change.version) \($0.change.value.intValue)"
+        }
+    }
+
+    @Test func aTransactionWrittenAtOneFrontIsSeenWholeByAComputedAtTheOther() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.start("b")
+        try cluster.waitUntilReachable("a")
+        try cluster.waitUntilReachable("b")
+
+        let test = try TestClient(runtimeDirectory: cluster.front("b").runtimeDirectory)
+        defer { test.client.close() }
+        let pairs = Recorder<[Int]>()
+        let (a, b, handle) = try test.onQueue {
+            let a = try test.client.signal("t.a", as: Int.self, default: 0)
+            let b = try test.client.signal("t.b", as: Int.self, default: 0)
+            let pair = computed { [a.value, b.value] }
+            return (a, b, effect { pairs.append(pair.value) })
+        }
+        defer { test.onQueue { handle.dispose() } }
+        await test.wait("for the first sync") { a.status == .live && b.status == .live }
+
+        let writer = try cluster.client("a")
+        var last: UInt64 = 0
+        for round in 1...30 {
+            last = try writer.transaction([
+                .with { $0.put = .with { $0.key = "t.a"; $0.value = value(Int64(round)) } },
+                .with { $0.put = .with { $0.key = "t.b"; $0.value = value(Int64(round)) } },
+            ]).revision
+        }
+        await test.wait("for the last transaction at front b") { a.value == 30 && b.value == 30 }
+        #expect(pairs.all.allSatisfy { $0[0] == $0[1] }, "a computed saw half a transaction: \(pairs.all)")
+        #expect(test.onQueue { a.metadata.modRevision } == last)
+
+        // The same numbers at both fronts: epoch, head, versions, history.
+        let atA = try cluster.client("a"), atB = try cluster.client("b")
+        try cluster.waitUntilEveryFrontHolds(last)
+        #expect(try atA.ping().epoch == atB.ping().epoch)
+        #expect(try atA.get("t.a").version == 30)
+        #expect(try atB.get("t.a").version == 30)
+        #expect(try history(atA, "t.") == history(atB, "t."))
+        #expect(try history(atA, "t.").count == 60)
+    }
+
+    @Test func aClientMovedFromOneFrontToTheOtherResumesByDelta() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.start("b")
+        try cluster.waitUntilReachable("a")
+        try cluster.waitUntilReachable("b")
+        let atA = try cluster.client("a"), atB = try cluster.client("b")
+        for index in 0..<10 { _ = try atA.put("m.\(index)", value(Int64(index))) }
+        let bookmark = try atA.snapshot(prefix: "m.")
+        for index in 10..<20 { _ = try atA.put("m.\(index % 12)", value(Int64(index))) }
+        let head = try atA.ping().headRevision
+        try cluster.waitUntilEveryFrontHolds(head)
+
+        // The bookmark (epoch, revision) taken at front a is valid at front b.
+        #expect(try atB.ping().epoch == bookmark.epoch)
+        let fromB = try atB.delta(prefix: "m.", since: bookmark.revision)
+        let fromA = try atA.delta(prefix: "m.", since: bookmark.revision)
+        #expect(fromB.events.map(\.revision) == fromA.events.map(\.revision))
+        #expect(fromB.events.count == 10)
+        #expect(fromB.revision == head)
+    }
+
+    @Test func withoutAQuorumWritesAreRefusedAtOnceAndReadsGoOnMarkedStale() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.waitUntilReachable("a")
+        let client = try cluster.client("a")
+        _ = try client.put("q.before", value(1))
+
+        cluster.etcd.kill(1)
+        cluster.etcd.kill(2)
+        try cluster.waitUntilReachable("a", false)
+        let started = ContinuousClock.now
+        #expect {
+            _ = try client.call(.put(.with { $0.key = "q.during"; $0.value = value(2); $0.writeID = Data("q-during".utf8) }))
+        } throws: { error in
+            (error as? WireError)?.reply?.code == .upstreamUnavailable
+        }
+        #expect(ContinuousClock.now - started < .seconds(2), "refused at once")
+        #expect(try client.get("q.before").value.intValue == 1, "reads go on")
+
+        try cluster.etcd.restart(1)
+        try cluster.etcd.restart(2)
+        try cluster.waitUntilReachable("a")
+        // An election may still be under way: a client retries UPSTREAM_UNAVAILABLE, with its write id.
+        var written: UInt64 = 0
+        let after = Beacon_V1_Request.OneOf_Op.put(.with { $0.key = "q.after"; $0.value = value(3); $0.writeID = Data("q-after".utf8) })
+        #expect(waitUntil(seconds: 30) {
+            guard case .write(let write) = (try? client.call(after))?.result else { return false }
+            written = write.revision
+            return true
+        })
+        #expect(try client.get("q.after").modRevision == written)
+    }
+
+    /// A writer that keeps writing through both fronts while the etcd leader is killed again and
+    /// again: every write is retried with its write id until one answer says it was applied.
+    @Test func killingTheEtcdLeaderLosesNoAcknowledgedWriteAndAppliesNoneTwice() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.start("b")
+        try cluster.waitUntilReachable("a")
+        try cluster.waitUntilReachable("b")
+        let writers = [try cluster.client("a"), try cluster.client("b")]
+        var acknowledged: [String: UInt64] = [:]
+        var index = 0
+        func write(_ count: Int) throws {
+            for _ in 0..<count {
+                let key = "w.\(index)"
+                let writer = writers[index % 2]
+                let request = Beacon_V1_Request.OneOf_Op.put(.with { $0.key = key; $0.value = value(Int64(index)); $0.writeID = Data(key.utf8) })
+                let answered = waitUntil(seconds: 60) {
+                    do {
+                        acknowledged[key] = try writer.call(request, timeoutMilliseconds: 5000).write.revision
+                        return true
+                    } catch let error as WireError {
+                        // Only "not now": no member answered, or no answer in time.
+                        #expect(error.kind == .timeout || error.reply?.code == .upstreamUnavailable, "\(error)")
+                        return false
+                    } catch {
+                        Issue.record("\(error)")
+                        return false
+                    }
+                }
+                #expect(answered, "write \(key) never acknowledged")
+                index += 1
+            }
+        }
+        try write(20)
+        for _ in 0..<3 {
+            cluster.etcd.kill(try await cluster.etcd.leader())
+            try write(20)
+            for member in 0..<cluster.etcd.size where cluster.etcd.pid(of: member) == nil { try cluster.etcd.restart(member) }
+            try await cluster.etcd.waitUntilEveryMemberHasALeader()
+        }
+        let head = acknowledged.values.max() ?? 0
+        try cluster.waitUntilEveryFrontHolds(head)
+        for front in ["a", "b"] {
+            let client = try cluster.client(front)
+            for (key, revision) in acknowledged {
+                let kv = try client.get(key)
+                #expect(kv.modRevision == revision && kv.version == 1, "front \(front): \(key) at \(kv.modRevision) v\(kv.version), acknowledged at \(revision)")
+            }
+        }
+        let etcd = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: cluster.etcd.endpointList))
+        defer { etcd.close() }
+        let stored = try await etcd.range(.with {
+            $0.key = Data("beacon/k/w.".utf8)
+            $0.rangeEnd = Data(EtcdClient.rangeEnd(ofPrefix: Array("beacon/k/w.".utf8)))
+        }).kvs
+        #expect(Dictionary(uniqueKeysWithValues: stored.map { (String(decoding: $0.key.dropFirst(9), as: UTF8.self), UInt64($0.modRevision)) })
+            == acknowledged)
+        #expect(try history(cluster.client("a"), "w.") == history(cluster.client("b"), "w."))
+    }
+
+    @Test func aFrontKilledAndRestartedPastEtcdsCompactionTakesTheClustersStateAnew() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.start("b")
+        try cluster.waitUntilReachable("a")
+        try cluster.waitUntilReachable("b")
+        let atA = try cluster.client("a")
+        for index in 0..<10 { _ = try atA.put("c.\(index)", value(Int64(index))) }
+        try cluster.waitUntilEveryFrontHolds(try atA.ping().headRevision)
+
+        #expect(cluster.front("b").stop(signal: SIGKILL) == SIGKILL)
+        for index in 0..<10 { _ = try atA.put("c.\(index)", value(Int64(100 + index))) }
+        _ = try atA.delete("c.0")
+        let head = try atA.ping().headRevision
+        let etcd = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: cluster.etcd.endpointList))
+        defer { etcd.close() }
+        try await etcd.compact(through: Int64(head))
+
+        try cluster.start("b")
+        try cluster.waitUntilEveryFrontHolds(head)
+        let atB = try cluster.client("b")
+        let snapshotA = try atA.snapshot(prefix: "c."), snapshotB = try atB.snapshot(prefix: "c.")
+        #expect(snapshotB.kvs.map(\.key) == snapshotA.kvs.map(\.key))
+        #expect(snapshotB.kvs.map(\.version) == snapshotA.kvs.map(\.version))
+        #expect(snapshotB.kvs.map(\.value.intValue) == (1..<10).map { Int64(100 + $0) })
+        #expect(snapshotB.epoch == snapshotA.epoch)
+        #expect(cluster.front("b").stderr.contains("the front took the cluster's state"))
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+
+/// Starts every process the tests run, one at a time, from one thread that lives as long as the
+/// test process, each under `setpriv --pdeathsig KILL`: the kernel kills it when that thread, and
+/// so the test process, ends. A test process that crashed or was killed left `beacond`s running
+/// that held `swift test`'s output pipes open, and `swift test` waited for them for ever.
+///
+/// Its children start with no signal blocked.
+///
+/// One at a time also because Foundation on Linux watches a child's exit through a socket pair
+/// whose child end must be closed everywhere but in the child; spawned from several threads at
+/// once, an end can stay open in this process or leak into a sibling, and `waitUntilExit()` then
+/// waits forever for a child that has exited (swift-corelibs-foundation#4795).
+final class Spawner: @unchecked Sendable {
+    static let shared = Spawner()
+    private let condition = NSCondition()
+    private var jobs: [() -> Void] = []
+
+    private init() {
+        let thread = Thread { [unowned self] in
+            // Children inherit the signal mask of the thread that starts them, and this one's
+            // creator may be a dispatch worker, which blocks nearly every signal: a `beacon watch`
+            // started so could not be stopped with SIGTERM.
+            var none = sigset_t()
+            sigemptyset(&none)
+            pthread_sigmask(SIG_SETMASK, &none, nil)
+            while true {
+                condition.lock()
+                while jobs.isEmpty { condition.wait() }
+                let job = jobs.removeFirst()
+                condition.unlock()
+                job()
+            }
+        }
+        thread.name = "test-spawner"
+        thread.start()
+    }
+
+    /// Runs `body` on the spawner's thread and returns what it returned.
+    func run<T>(_ body: @escaping () throws -> T) throws -> T {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: Result<T, Error>?
+        condition.lock()
+        jobs.append {
+            result = Result { try body() }
+            done.signal()
+        }
+        condition.signal()
+        condition.unlock()
+        done.wait()
+        return try result!.get()
+    }
+}
+
+private let setpriv = "/usr/bin/setpriv"
+
+extension Process {
+    /// Waits for the process to exit; kills it (SIGKILL) if it has not after `seconds`.
+    /// - Returns: whether it exited by itself.
+    @discardableResult
+    public func waitUntilExit(orKillAfterSeconds seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        let exited = !isRunning
+        if !exited { kill(processIdentifier, SIGKILL) }
+        waitUntilExit()
+        return exited
+    }
+
+    /// `run()` through the tests' spawner: killed when the test process ends.
+    public func runSerially() throws {
+        if FileManager.default.isExecutableFile(atPath: setpriv), let executable = executableURL?.path {
+            if executable == setpriv {
+                arguments = ["--pdeathsig", "KILL"] + (arguments ?? [])
+            } else {
+                arguments = ["--pdeathsig", "KILL", "--", executable] + (arguments ?? [])
+                executableURL = URL(fileURLWithPath: setpriv)
+            }
+        }
+        let process = self
+        try Spawner.shared.run { try process.run() }
+    }
+}
