@@ -217,7 +217,9 @@ extension ServerLoop: AuthorityHost {
     /// Chooses who decides writes: the upstream this daemon relays, when one is configured.
     static func makeAuthority(for configuration: DaemonConfiguration, network: DaemonNetwork, writes: WritePath,
                           logger: Logger) throws(DaemonError) -> any WriteAuthority {
-        if let etcd = configuration.etcd { return try EtcdFront(settings: etcd, writes: writes, logger: logger) }
+        if let etcd = configuration.etcd {
+            return try EtcdFront(settings: etcd, writes: writes, sessionTTLMilliseconds: configuration.sessionTTLMilliseconds, logger: logger)
+        }
         guard let upstream = configuration.upstream else { return JournalAuthority() }
         return try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: network.context,
                          writes: writes, logger: logger)

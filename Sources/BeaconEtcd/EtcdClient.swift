@@ -1,4 +1,5 @@
 import BeaconLocking
+import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
 import GRPCProtobuf
@@ -145,6 +146,16 @@ package final class EtcdClient: Sendable {
                 throw RPCError(code: .unavailable, message: "the keep-alive stream ended without an answer")
             }
         }
+    }
+
+    /// A lease's time left and the keys attached to it.
+    /// - Returns: seconds left (-1 when the lease is gone) and the keys.
+    package func leaseTimeToLive(_ id: Int64) async throws(EtcdError) -> (seconds: Int64, keys: [Data]) {
+        let reply = try await call("lease time-to-live", idempotent: true) { grpc, options in
+            try await Etcdserverpb_Lease.Client(wrapping: grpc).leaseTimeToLive(.with { $0.id = id; $0.keys = true },
+                                                                                metadata: Self.leaderRequired, options: options)
+        }
+        return (reply.ttl, reply.keys)
     }
 
     /// The answering member's status: its cluster id, the leader, its revision.

@@ -52,10 +52,22 @@ struct EtcdFrontPartsTests {
         #expect(txn.failure.count == 4, "the write id and each key are read when a compare fails")
     }
 
-    @Test func aKeyTwiceInOneTransactionAndKeysThatExpireAreRefusedBeforeEtcdIsAsked() {
+    @Test func aKeyTwiceInOneTransactionIsRefusedBeforeEtcdIsAsked() {
         #expect(throws: Refusal.self) { try EtcdWritePlan(ops: [put("a", 1), put("a", 2)], writeID: [], layout: layout) }
+    }
+
+    @Test func aKeysExpiryIsStoredWithItAndASessionsKeyGoesOnTheSessionsLease() throws {
         let expiring = WriteOp(Beacon_V1_Put.with { $0.key = "a"; $0.value = .with { $0.intValue = 1 }; $0.ttlMs = 5_000 })
-        #expect(throws: Refusal.self) { try EtcdWritePlan(ops: [expiring], writeID: [], layout: layout) }
+        let bound = WriteOp(Beacon_V1_Put.with { $0.key = "b"; $0.value = .with { $0.intValue = 2 }; $0.session = Data("s1".utf8) })
+        let plan = try EtcdWritePlan(ops: [expiring, bound], writeID: [], layout: layout)
+        #expect(plan.sessions == [Array("s1".utf8)])
+        let txn = plan.request(nowMilliseconds: 1_000, writeIDLease: 0, sessionLeases: [Array("s1".utf8): 55])
+        #expect(EtcdLayout.parseStoredValue(txn.success[0].requestPut.value)?.expiresAtMilliseconds == 6_000)
+        #expect(txn.success.map(\.requestPut.lease) == [0, 55, 0])
+
+        let expiry = EtcdWritePlan.expiry(of: "a", modRevision: 9, nowMilliseconds: 6_001, layout: layout)
+        #expect(expiry.compare.map(\.target) == [.mod] && expiry.compare.map(\.modRevision) == [9])
+        #expect(EtcdLayout.parseClockValue(expiry.success[1].requestPut.value)! == (6_001, true))
     }
 
     @Test func anAppliedWritesVersionsComeFromTheKeysBeforeIt() throws {

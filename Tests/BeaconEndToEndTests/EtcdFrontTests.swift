@@ -258,4 +258,60 @@ struct EtcdFrontTests {
         #expect(snapshotB.epoch == snapshotA.epoch)
         #expect(cluster.front("b").stderr.contains("the front took the cluster's state"))
     }
+
+    @Test func aKeysTimeToLiveEndsItInOneExpiryThatEveryFrontJournals() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.start("b")
+        try cluster.waitUntilReachable("a")
+        try cluster.waitUntilReachable("b")
+        let atA = try cluster.client("a"), atB = try cluster.client("b")
+        let written = try atA.put("x.brief", value(1), ttlMilliseconds: 300)
+        _ = try atB.put("x.kept", value(2))
+        #expect(try atB.get("x.brief").expiresAtMs == atA.get("x.brief").expiresAtMs)
+        for client in [atA, atB] {
+            #expect(waitUntil(seconds: 30) { (try? client.get("x.brief")) == nil }, "x.brief did not expire")
+        }
+        try cluster.waitUntilEveryFrontHolds(try atA.ping().headRevision)
+        let history = try history(atA, "x.")
+        #expect(history == (try self.history(atB, "x.")))
+        #expect(history.filter { $0.contains("x.brief") }.count == 2, "one put and one expiry, whichever front sent it: \(history)")
+        #expect(try atA.wholeHistory("x.brief").last?.change.kind == .expire)
+        #expect(try atA.wholeHistory("x.brief").last.map { $0.revision > written.revision } == true)
+    }
+
+    @Test func aSessionsKeysEndInOneRevisionWhenItsKeepAlivesStopAtWhicheverFront() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        try cluster.start("a")
+        try cluster.start("b")
+        try cluster.waitUntilReachable("a")
+        try cluster.waitUntilReachable("b")
+        let atA = try cluster.client("a"), atB = try cluster.client("b")
+        let session = Array("writer-1".utf8)
+        #expect(try atA.keepAlive(session: session, ttlMilliseconds: 2_000).keys == 0)
+        _ = try atA.put("s.a", value(1), session: session)
+        _ = try atA.transaction([.with { $0.put = .with { $0.key = "s.b"; $0.value = value(2); $0.session = Data(session) } }])
+        // The session is the writer's wherever it renews it.
+        let renewed = try atB.keepAlive(session: session, ttlMilliseconds: 2_000)
+        #expect(renewed.keys == 2)
+        #expect(renewed.expiresAtMs > UInt64(Date().timeIntervalSince1970 * 1000))
+
+        for client in [atA, atB] {
+            #expect(waitUntil(seconds: 30) { (try? client.get("s.a")) == nil && (try? client.get("s.b")) == nil }, "the session's keys stayed")
+        }
+        try cluster.waitUntilEveryFrontHolds(try atA.ping().headRevision)
+        let ends = try atB.wholeHistory("s.").filter { $0.change.kind == .expire }
+        #expect(ends.map(\.change.key).sorted() == ["s.a", "s.b"])
+        #expect(Set(ends.map(\.revision)).count == 1, "a session's keys go in one revision")
+        #expect(try history(atA, "s.") == history(atB, "s."))
+
+        // A KeepAlive of 0 ends a session at once.
+        let other = Array("writer-2".utf8)
+        _ = try atB.put("s.c", value(3), session: other)
+        #expect(try atA.keepAlive(session: other, ttlMilliseconds: 0).expiresAtMs == 0)
+        #expect(waitUntil(seconds: 30) { (try? atB.get("s.c")) == nil })
+        #expect(try atB.wholeHistory("s.c").last?.change.kind == .expire)
+    }
 }

@@ -20,15 +20,28 @@ final class EtcdFront: WriteAuthority {
         var context: RequestContext
     }
 
-    /// A write on its way to etcd: where its answer goes.
+    /// A write or `KeepAlive` on its way to etcd: where its answer goes.
     struct Pending {
+        enum Work {
+            case write(EtcdWritePlan)
+            /// A session (in its writer's namespace) renewed for a time, or ended (0).
+            case keepAlive(session: [UInt8], ttlMilliseconds: UInt64)
+        }
+
         var connection: RoutingID
         var ticket: HoldTicket
         /// The client's request id.
         var id: UInt64
-        var plan: EtcdWritePlan
+        var work: Work
         /// The client's write id, as it sent it.
         var clientWriteID: Data
+    }
+
+    /// A key that expires: when (wall-clock Unix ms, as `expires_at_ms` says), and its write.
+    struct Expiry {
+        var key: String
+        var modRevision: UInt64
+        var expiresAtMilliseconds: UInt64
     }
 
     /// A write etcd applied, waiting for this front's journal to show it.
@@ -54,11 +67,15 @@ final class EtcdFront: WriteAuthority {
     private var order = ForwardingOrder<WaitingRequest>()
     private var fences = WriteFences()
     private var awaitingJournal = MirrorWaiters<Applied>()
+    /// Keys with a time to live, by expiry. Keyed by wall-clock milliseconds, not monotonic ones:
+    /// `expires_at_ms` is the same at every front, and any of them may expire the key.
+    private var expiries = TimerQueue<Expiry>()
     private(set) var writesForwarded: UInt64 = 0
 
     /// Connects to the cluster of `settings`, resuming from what `writes`' journal holds of it
     /// (when it holds this prefix of this cluster's epoch), or taking the cluster's state anew.
-    init(settings: DaemonConfiguration.EtcdSettings, writes: WritePath, logger: Logger) throws(DaemonError) {
+    /// - Parameter sessionTTLMilliseconds: how long a session lives that a put starts (`session_ttl_ms`).
+    init(settings: DaemonConfiguration.EtcdSettings, writes: WritePath, sessionTTLMilliseconds: UInt64, logger: Logger) throws(DaemonError) {
         let layout = EtcdLayout(prefix: settings.prefix)
         let journal = writes.journal
         let resumable = journal.contentScope == layout.scope && journal.headRevision > 0
@@ -72,8 +89,21 @@ final class EtcdFront: WriteAuthority {
             lastCommit = last.timestampMilliseconds
         }
         link = try EtcdLink(settings: settings, after: resumable ? journal.headRevision : 0, journalEpoch: writes.epoch,
-                            lastCommitMilliseconds: lastCommit, logger: logger)
+                            lastCommitMilliseconds: lastCommit, sessionTTLMilliseconds: sessionTTLMilliseconds, logger: logger)
         self.logger = logger
+        if resumable { scheduleExpiries(of: writes.store) }
+    }
+
+    /// Sets an expiry for every key of `store` that has a time to live.
+    private func scheduleExpiries(of store: SignalStore) {
+        expiries = TimerQueue()
+        store.forEachExpiringOrBound { key, entry in
+            if entry.expiresAtMilliseconds > 0 { schedule(Expiry(key: key, modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds)) }
+        }
+    }
+
+    private func schedule(_ expiry: Expiry) {
+        expiries.schedule(expiry, at: MonotonicTime(milliseconds: expiry.expiresAtMilliseconds))
     }
 
     var stagesWritesHere: Bool { false }
@@ -93,6 +123,9 @@ final class EtcdFront: WriteAuthority {
                 for changes in revisions where changes[0].revision > host.writes.headRevision {
                     host.writes.stageMirrored(changes)
                     staged = true
+                    for change in changes where change.kind == .put && change.expiresAtMilliseconds > 0 {
+                        schedule(Expiry(key: change.key, modRevision: change.revision, expiresAtMilliseconds: change.expiresAtMilliseconds))
+                    }
                 }
             case .reset(let epoch, let revision, let entries):
                 if staged {
@@ -102,6 +135,11 @@ final class EtcdFront: WriteAuthority {
                 takeState(epoch: epoch, revision: revision, entries: entries, host: host)
             case .answered(let token, let result):
                 answer(token: token, result, host: host)
+            case .keptAlive(let token, let result):
+                answerKeepAlive(token: token, result, host: host)
+            case .expiryNotSent(let key, let modRevision, _):
+                // Tried again in half a second.
+                schedule(Expiry(key: key, modRevision: modRevision, expiresAtMilliseconds: host.writes.clock.wallMilliseconds() + 500))
             case .status(let reachable, let head):
                 self.reachable = reachable
                 if reachable {
@@ -113,11 +151,28 @@ final class EtcdFront: WriteAuthority {
         if staged { host.writes.submitStagedIfIdle() }
     }
 
-    /// Hands back, in order, the requests of connections whose writes were all answered.
+    /// Hands back, in order, the requests of connections whose writes were all answered; sends
+    /// the expiries that are due.
     func finishPass(host: some AuthorityHost) {
         while let next = order.nextToHandBack() {
             host.handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true, context: next.context)
         }
+        let now = host.writes.clock.wallMilliseconds()
+        while let (expiry, _) = expiries.popDue(at: MonotonicTime(milliseconds: now)) {
+            // Only as of the key's write now: a later write set another expiry, or none.
+            guard reachable, host.writes.store.live(expiry.key)?.modRevision == expiry.modRevision else {
+                if !reachable { schedule(Expiry(key: expiry.key, modRevision: expiry.modRevision, expiresAtMilliseconds: now + 500)) }
+                continue
+            }
+            link.expire(expiry.key, modRevision: expiry.modRevision, expiresAtMilliseconds: expiry.expiresAtMilliseconds, nowMilliseconds: now)
+        }
+    }
+
+    /// Until the next expiry, at most.
+    var pollTimeoutMilliseconds: Int? {
+        guard let next = expiries.nextDeadline?.milliseconds else { return nil }
+        let now = UInt64(max(Date().timeIntervalSince1970 * 1000, 0))
+        return next > now ? Int(min(next - now, 60_000)) : 0
     }
 
     func committed(host: some AuthorityHost) { journalAdvanced(host: host) }
@@ -133,7 +188,13 @@ final class EtcdFront: WriteAuthority {
     /// Answers every write still waiting (it may have been applied), then the requests behind them.
     func shutDown(host: some AuthorityHost) {
         while !sent.isEmpty || !queued.isEmpty || !awaitingJournal.isEmpty || order.hasDue {
-            for token in sent.keys.sorted() { answer(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host) }
+            for token in sent.keys.sorted() {
+                if case .keepAlive = sent[token]?.work {
+                    answerKeepAlive(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host)
+                } else {
+                    answer(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host)
+                }
+            }
             for (entry, revision) in awaitingJournal.takeAll() {
                 var answer = Beacon_V1_Reply()
                 answer.id = entry.reply.id
@@ -161,6 +222,7 @@ final class EtcdFront: WriteAuthority {
             return
         }
         writes.forgetWriteIDs()
+        scheduleExpiries(of: writes.store)
         logger.notice("the front took the cluster's state", metadata: [
             "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
         host.historyReplaced(at: revision)
@@ -213,10 +275,26 @@ final class EtcdFront: WriteAuthority {
     /// connection's place until etcd answers and this front's journal shows it.
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
         guard let op = request.op, let connection = route.connection else { return }
-        let plan: EtcdWritePlan
+        let work: Pending.Work
         let clientWriteID: Data
         do throws(Refusal) {
-            let (ops, writeID) = try Self.operations(of: op)
+            if case .keepAlive(let keepAlive) = op {
+                clientWriteID = Data()
+                guard !context.rights.write.isEmpty else {
+                    throw host.denied("keep sessions alive (needs some write right)", key: "", context: context)
+                }
+                guard (1...WireLimits.maxSessionBytes).contains(keepAlive.session.count) else {
+                    throw Refusal(.invalidArgument, "session is \(keepAlive.session.count) bytes; it must be 1 to \(WireLimits.maxSessionBytes)")
+                }
+                guard keepAlive.ttlMs <= WireLimits.maxSessionTTLMilliseconds else {
+                    throw Refusal(.invalidArgument, "ttl_ms is \(keepAlive.ttlMs); the limit is \(WireLimits.maxSessionTTLMilliseconds)")
+                }
+                guard reachable else { throw unreachable() }
+                work = .keepAlive(session: context.owned(Array(keepAlive.session)), ttlMilliseconds: UInt64(keepAlive.ttlMs))
+                return enqueue(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work,
+                                       clientWriteID: clientWriteID), host: host)
+            }
+            var (ops, writeID) = try Self.operations(of: op)
             clientWriteID = writeID
             try check(ops, writeID: writeID, context: context, host: host)
             if !writeID.isEmpty, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds,
@@ -224,23 +302,34 @@ final class EtcdFront: WriteAuthority {
                 throw Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
                     + "so this one was not sent (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
             }
-            guard reachable else {
-                throw Refusal(.upstreamUnavailable, "no member of \(link.clusterName) with a leader answers this front; "
-                    + "reads are served from its copy, writes are refused: retry later")
+            guard reachable else { throw unreachable() }
+            for index in ops.indices {
+                if case .put(let value, let createOnly, let ttl, let session) = ops[index].action, !session.isEmpty {
+                    ops[index].action = .put(encodedValue: value, createOnly: createOnly, ttlMilliseconds: ttl, session: context.owned(session))
+                }
             }
-            plan = try EtcdWritePlan(ops: ops, writeID: writeID.isEmpty ? [] : context.owned(Array(writeID)), layout: link.layout)
+            work = .write(try EtcdWritePlan(ops: ops, writeID: writeID.isEmpty ? [] : context.owned(Array(writeID)), layout: link.layout))
         } catch {
             if error.code == .upstreamUnavailable, case .some(let id) = Self.writeID(of: op), !id.isEmpty {
                 fences.unavailable(connection, writeID: id, at: host.writes.clock.now().milliseconds)
             }
             return host.refuse(request.id, error, route: route, dependsOnStaged: false)
         }
-        let pending = Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, plan: plan,
-                              clientWriteID: clientWriteID)
-        order.forwarded(by: connection)
+        enqueue(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work, clientWriteID: clientWriteID),
+                host: host)
+    }
+
+    private func unreachable() -> Refusal {
+        Refusal(.upstreamUnavailable, "no member of \(link.clusterName) with a leader answers this front; "
+            + "reads are served from its copy, writes are refused: retry later")
+    }
+
+    /// Sends `pending` now, or after the connection's write in flight.
+    private func enqueue(_ pending: Pending, host: some AuthorityHost) {
+        order.forwarded(by: pending.connection)
         writesForwarded += 1
-        if sending.contains(connection) {
-            queued[connection, default: []].append(pending)
+        if sending.contains(pending.connection) {
+            queued[pending.connection, default: []].append(pending)
         } else {
             send(pending, host: host)
         }
@@ -251,10 +340,16 @@ final class EtcdFront: WriteAuthority {
         nextToken += 1
         sent[token] = pending
         sending.insert(pending.connection)
-        link.send(pending.plan, token: token, nowMilliseconds: host.writes.clock.wallMilliseconds())
+        let now = host.writes.clock.wallMilliseconds()
+        switch pending.work {
+        case .write(let plan):
+            link.send(plan, token: token, nowMilliseconds: now)
+        case .keepAlive(let session, let ttl):
+            link.keepAlive(session, ttlMilliseconds: ttl, token: token, nowMilliseconds: now)
+        }
     }
 
-    /// A write's operations and write id; `KeepAlive` is refused.
+    /// A write's operations and write id.
     private static func operations(of op: Beacon_V1_Request.OneOf_Op) throws(Refusal) -> ([WriteOp], Data) {
         switch op {
         case .put(let put):
@@ -270,8 +365,6 @@ final class EtcdFront: WriteAuthority {
                 ops.append(converted)
             }
             return (ops, txn.writeID)
-        case .keepAlive:
-            throw Refusal(.invalidArgument, "an etcd front does not keep sessions yet")
         default:
             preconditionFailure("only writes and KeepAlive are decided by the write authority")
         }
@@ -315,7 +408,8 @@ final class EtcdFront: WriteAuthority {
         reply.id = pending.id
         switch result {
         case .success(let response):
-            switch pending.plan.outcome(of: response) {
+            guard case .write(let plan) = pending.work else { return }
+            switch plan.outcome(of: response) {
             case .applied(let revision, let versions):
                 reply.write = .with {
                     $0.revision = revision
@@ -366,6 +460,25 @@ final class EtcdFront: WriteAuthority {
                 answered(later.connection, host: host)
             }
         }
+    }
+
+    /// Answers a `KeepAlive` with the session's keys and end, or `UPSTREAM_UNAVAILABLE`.
+    private func answerKeepAlive(token: UInt64, _ result: Result<Beacon_V1_KeepAliveReply, EtcdError>, host: some AuthorityHost) {
+        guard let pending = sent.removeValue(forKey: token) else { return }
+        sending.remove(pending.connection)
+        var reply = Beacon_V1_Reply()
+        reply.id = pending.id
+        switch result {
+        case .success(let kept):
+            reply.keepAlive = kept
+        case .failure(let error):
+            host.countRejected(1)
+            reply.error = Refusal(.upstreamUnavailable, "etcd did not renew the session (\(error.message)): retry")
+                .wire(headRevision: host.writes.durableRevision)
+        }
+        host.writes.fill(pending.ticket, with: reply)
+        answered(pending.connection, host: host)
+        sendNext(of: pending.connection, host: host)
     }
 
     private func sendNext(of connection: RoutingID, host: some AuthorityHost) {

@@ -10,6 +10,8 @@ import Foundation
 ///   without it (a lease that ran out) takes the last commit time before it.
 /// - `P w/HEX`: a write id applied, created in its write's transaction (so its create revision
 ///   is the write's), on a lease that keeps it for half an hour to an hour.
+/// - `P s/HEX`: a writer's session (in its writer's namespace): the id of the etcd lease its keys
+///   are on, written on that lease, so that it ends with it.
 /// - `P generation`: `GENERATION NONCE`, a number and a random hex number that, with etcd's
 ///   cluster id, make the epoch; raising the number makes every client resync (after etcd was
 ///   restored from a backup, say).
@@ -29,6 +31,11 @@ struct EtcdLayout: Sendable, Equatable {
     /// The etcd key that says the write with `writeID` was applied.
     func writeIDKey(_ writeID: [UInt8]) -> Data {
         key("w/" + writeID.map { String($0, radix: 16).leftPadded(to: 2) }.joined())
+    }
+
+    /// The etcd key that names session `session`'s lease.
+    func sessionKey(_ session: [UInt8]) -> Data {
+        key("s/" + session.map { String($0, radix: 16).leftPadded(to: 2) }.joined())
     }
 
     /// What the front watches and reads: the data keys and the clock (`P k/` up to `P u`).

@@ -1,6 +1,7 @@
 import BeaconEtcd
 import BeaconJournal
 import BeaconLocking
+import BeaconProtocol
 import BeaconZMQ
 import Foundation
 import Logging
@@ -14,6 +15,10 @@ enum EtcdLinkEvent: Sendable {
     case reset(epoch: UInt64, revision: UInt64, entries: [JournalEntry])
     /// etcd's answer to the write sent with `token`.
     case answered(token: UInt64, Result<Etcdserverpb_TxnResponse, EtcdError>)
+    /// The answer to the `KeepAlive` sent with `token`.
+    case keptAlive(token: UInt64, Result<Beacon_V1_KeepAliveReply, EtcdError>)
+    /// An expiry this front sent did not reach etcd: it is tried again.
+    case expiryNotSent(key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64)
     /// Whether the watch is in place (a member with a leader answers), and etcd's revision.
     case status(reachable: Bool, headRevision: UInt64)
 }
@@ -32,6 +37,10 @@ final class EtcdLink: Sendable {
     private let inbox = Locked<[EtcdLinkEvent]>([])
     private let watching = Locked<Task<Void, Never>?>(nil)
     private let writes = Locked<[UInt64: Task<Void, Never>]?>([:])
+    /// The lease of each session this front has used, by session (in its writer's namespace).
+    private let sessionLeases = Locked<[[UInt8]: Int64]>([:])
+    /// How long a session lives that a put starts (`session_ttl_ms`), in whole seconds.
+    private let sessionSeconds: Int64
     /// The lease write ids are kept on, and when it was granted.
     private let writeIDLease = Locked<(id: Int64, grantedAt: ContinuousClock.Instant)?>(nil)
     private let logger: Logger
@@ -46,8 +55,10 @@ final class EtcdLink: Sendable {
     ///   - after: the last etcd revision the journal holds (0: none); the watch resumes after it
     ///     if `journalEpoch` is the cluster's, or takes the cluster's state anew.
     ///   - lastCommitMilliseconds: the commit time of that revision.
+    ///   - sessionTTLMilliseconds: how long a session lives that a put starts.
     init(settings: DaemonConfiguration.EtcdSettings, after: UInt64, journalEpoch: UInt64, lastCommitMilliseconds: UInt64,
-         logger: Logger) throws(DaemonError) {
+         sessionTTLMilliseconds: UInt64, logger: Logger) throws(DaemonError) {
+        sessionSeconds = Self.seconds(sessionTTLMilliseconds)
         do {
             client = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: settings.endpoints.joined(separator: ",")),
                                     tls: EtcdTLSFiles(certificatePath: settings.certificateFile, keyPath: settings.keyFile,
@@ -94,26 +105,129 @@ final class EtcdLink: Sendable {
 
     // MARK: Writes
 
-    /// Sends a write's transaction; its answer comes back as `.answered(token, …)`.
+    /// Sends a write's transaction, after finding or starting the leases it needs; its answer
+    /// comes back as `.answered(token, …)`.
     func send(_ plan: EtcdWritePlan, token: UInt64, nowMilliseconds: UInt64) {
-        let task = Task { [self] in
-            let result: Result<Etcdserverpb_TxnResponse, EtcdError>
-            do throws(EtcdError) {
-                let lease = plan.writeID.isEmpty ? 0 : try await currentWriteIDLease()
-                result = .success(try await client.txn(plan.request(nowMilliseconds: nowMilliseconds, writeIDLease: lease), idempotent: !plan.writeID.isEmpty))
-            } catch {
-                if error.code == .rejected && error.message.contains("lease not found") { writeIDLease.withLock { $0 = nil } }
-                result = .failure(error)
+        run(token: token) { [self] () async -> EtcdLinkEvent in
+            var result: Result<Etcdserverpb_TxnResponse, EtcdError> = .failure(EtcdError(.closed, "not sent"))
+            // A lease that ran out between finding it and using it is found anew, once.
+            for attempt in 0..<2 {
+                do throws(EtcdError) {
+                    let idLease = plan.writeID.isEmpty ? 0 : try await currentWriteIDLease()
+                    var leases: [[UInt8]: Int64] = [:]
+                    for session in plan.sessions { leases[session] = try await lease(of: session, seconds: sessionSeconds) }
+                    let request = plan.request(nowMilliseconds: nowMilliseconds, writeIDLease: idLease, sessionLeases: leases)
+                    result = .success(try await client.txn(request, idempotent: !plan.writeID.isEmpty))
+                } catch {
+                    result = .failure(error)
+                    guard attempt == 0, error.code == .rejected, error.message.contains("lease not found") else { break }
+                    writeIDLease.withLock { $0 = nil }
+                    sessionLeases.withLock { known in for session in plan.sessions { known[session] = nil } }
+                    continue
+                }
+                break
             }
-            writes.withLock { _ = $0?.removeValue(forKey: token) }
-            report(.answered(token: token, result))
+            return .answered(token: token, result)
+        }
+    }
+
+    /// Renews session `session` for `ttlMilliseconds` (starting it if it is new), or ends it
+    /// (0): its keys are deleted in one revision. The answer comes back as `.keptAlive(token, …)`.
+    ///
+    /// etcd keeps a lease's time to live: a session lives for the time of the `KeepAlive` or
+    /// put that started it, in whole seconds; later `KeepAlive`s renew it for that time.
+    func keepAlive(_ session: [UInt8], ttlMilliseconds: UInt64, token: UInt64, nowMilliseconds: UInt64) {
+        run(token: token) { [self] () async -> EtcdLinkEvent in
+            do throws(EtcdError) {
+                if ttlMilliseconds == 0 {
+                    if let lease = try await existingLease(of: session) {
+                        try await client.revokeLease(lease)
+                        sessionLeases.withLock { $0[session] = nil }
+                    }
+                    return .keptAlive(token: token, .success(.init()))
+                }
+                for _ in 0..<2 {
+                    let lease = try await self.lease(of: session, seconds: Self.seconds(ttlMilliseconds))
+                    let left = try await client.renewLease(lease)
+                    guard left > 0 else {
+                        sessionLeases.withLock { $0[session] = nil }
+                        continue
+                    }
+                    let keys = try await client.leaseTimeToLive(lease).keys.count
+                    return .keptAlive(token: token, .success(.with {
+                        $0.keys = UInt32(clamping: max(keys - 1, 0))  // the session's own key is on it too
+                        $0.expiresAtMs = nowMilliseconds &+ UInt64(left) * 1000
+                    }))
+                }
+                return .keptAlive(token: token, .failure(EtcdError(.unavailable, "the session's lease ended while it was renewed")))
+            } catch {
+                return .keptAlive(token: token, .failure(error))
+            }
+        }
+    }
+
+    /// Expires `key` as of its write at `modRevision`, unless another front did or it was written again.
+    func expire(_ key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64, nowMilliseconds: UInt64) {
+        run(token: nil) { [self] () async -> EtcdLinkEvent? in
+            do throws(EtcdError) {
+                _ = try await client.txn(EtcdWritePlan.expiry(of: key, modRevision: modRevision, nowMilliseconds: nowMilliseconds,
+                                                              layout: layout), idempotent: true)
+                return nil
+            } catch {
+                return .expiryNotSent(key: key, modRevision: modRevision, expiresAtMilliseconds: expiresAtMilliseconds)
+            }
+        }
+    }
+
+    /// Runs `work` as a task this link owns (ended by ``close()``) and reports what it returns.
+    private func run(token: UInt64?, _ work: @escaping @Sendable () async -> EtcdLinkEvent?) {
+        let key = token ?? UInt64.random(in: (1 << 63)...UInt64.max)
+        let task = Task { [self] in
+            let event = await work()
+            writes.withLock { _ = $0?.removeValue(forKey: key) }
+            if let event { report(event) }
         }
         let added = writes.withLock { tasks -> Bool in
             guard tasks != nil else { return false }
-            tasks![token] = task
+            tasks![key] = task
             return true
         }
         if !added { task.cancel() }
+    }
+
+    /// Whole seconds, at least 1, for a time to live in milliseconds.
+    private static func seconds(_ milliseconds: UInt64) -> Int64 {
+        Int64(clamping: max((milliseconds + 999) / 1000, 1))
+    }
+
+    /// The lease of `session`, if it has one in etcd.
+    private func existingLease(of session: [UInt8]) async throws(EtcdError) -> Int64? {
+        if let known = sessionLeases.withLock({ $0[session] }) { return known }
+        let found = try await client.range(.with { $0.key = layout.sessionKey(session) }).kvs.first
+        return found.flatMap { Int64(String(decoding: $0.value, as: UTF8.self)) }
+    }
+
+    /// The lease of `session`: the one it has, or one of `seconds` started now (by this front, or
+    /// by another that started it at the same moment).
+    private func lease(of session: [UInt8], seconds: Int64) async throws(EtcdError) -> Int64 {
+        if let existing = try await existingLease(of: session) {
+            sessionLeases.withLock { $0[session] = existing }
+            return existing
+        }
+        let granted = try await client.grantLease(seconds: seconds).id
+        let key = layout.sessionKey(session)
+        let created = try await client.txn(.with {
+            $0.compare = [.with { $0.key = key; $0.target = .create; $0.result = .equal; $0.createRevision = 0 }]
+            $0.success = [.with { $0.requestPut = .with { $0.key = key; $0.value = Data(String(granted).utf8); $0.lease = granted } }]
+            $0.failure = [.with { $0.requestRange = .with { $0.key = key } }]
+        }, idempotent: true)
+        var lease = granted
+        if !created.succeeded, let theirs = created.responses.first?.responseRange.kvs.first.flatMap({ Int64(String(decoding: $0.value, as: UTF8.self)) }) {
+            try? await client.revokeLease(granted)
+            lease = theirs
+        }
+        sessionLeases.withLock { $0[session] = lease }
+        return lease
     }
 
     /// The lease for write ids: granted for twice ``writeIDSeconds`` and used for half of that.

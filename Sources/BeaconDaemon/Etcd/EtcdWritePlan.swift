@@ -26,17 +26,15 @@ struct EtcdWritePlan {
     }
 
     /// Refuses what a front cannot turn into one etcd transaction.
+    /// - Parameters:
+    ///   - ops: the operations, with their sessions already in their writer's namespace.
     /// - Throws: `INVALID_ARGUMENT` for a key twice in one transaction (etcd applies each key at
-    ///   most once per transaction), a time to live or a session (not kept by fronts yet).
+    ///   most once per transaction).
     init(ops: [WriteOp], writeID: [UInt8], layout: EtcdLayout) throws(Refusal) {
         var seen = Set<String>()
         for (index, op) in ops.enumerated() {
             guard seen.insert(op.key).inserted else {
                 throw WritePath.rejection(.invalidArgument, "key '\(op.key)' appears twice in one transaction; an etcd front writes each key once per transaction",
-                                          key: op.key, index: index, current: 0, operations: ops.count)
-            }
-            if case .put(_, _, let ttl, let session) = op.action, ttl > 0 || !session.isEmpty {
-                throw WritePath.rejection(.invalidArgument, "an etcd front does not keep keys with ttl_ms or a session yet",
                                           key: op.key, index: index, current: 0, operations: ops.count)
             }
         }
@@ -45,8 +43,18 @@ struct EtcdWritePlan {
         self.layout = layout
     }
 
-    /// The transaction, committed at wall-clock time `now`; the write id's key goes on `writeIDLease`.
-    func request(nowMilliseconds now: UInt64, writeIDLease: Int64) -> Etcdserverpb_TxnRequest {
+    /// The sessions the write binds keys to: each needs its lease before the transaction is sent.
+    var sessions: [[UInt8]] {
+        var sessions: [[UInt8]] = []
+        for op in ops {
+            if case .put(_, _, _, let session) = op.action, !session.isEmpty, !sessions.contains(session) { sessions.append(session) }
+        }
+        return sessions
+    }
+
+    /// The transaction, committed at wall-clock time `now`; the write id's key goes on
+    /// `writeIDLease`, a key bound to a session on that session's lease in `sessionLeases`.
+    func request(nowMilliseconds now: UInt64, writeIDLease: Int64, sessionLeases: [[UInt8]: Int64] = [:]) -> Etcdserverpb_TxnRequest {
         var txn = Etcdserverpb_TxnRequest()
         if !writeID.isEmpty {
             txn.compare.append(.with {
@@ -69,12 +77,15 @@ struct EtcdWritePlan {
             }
             if let expected = op.ifVersion { compareVersion(.equal, expected) }
             switch op.action {
-            case .put(let encoded, let createOnly, _, _):
+            case .put(let encoded, let createOnly, let ttl, let session):
                 if createOnly { compareVersion(.equal, 0) }
+                let (expiresAt, overflow) = now.addingReportingOverflow(ttl)
                 txn.success.append(.with {
                     $0.requestPut = .with {
                         $0.key = key
-                        $0.value = EtcdLayout.storedValue(encodedValue: encoded, modTimeMilliseconds: now, expiresAtMilliseconds: 0)
+                        $0.value = EtcdLayout.storedValue(encodedValue: encoded, modTimeMilliseconds: now,
+                                                          expiresAtMilliseconds: ttl == 0 ? 0 : overflow ? .max : expiresAt)
+                        $0.lease = session.isEmpty ? 0 : sessionLeases[session] ?? 0
                         $0.prevKv = true
                     }
                 })
@@ -101,7 +112,24 @@ struct EtcdWritePlan {
         return txn
     }
 
-    /// What etcd's answer to ``request(nowMilliseconds:writeIDLease:)`` means.
+    /// An expiry of `key` as of its write at `modRevision`: applied only if that write is still
+    /// its last (every front tries it; one applies it).
+    static func expiry(of key: String, modRevision: UInt64, nowMilliseconds now: UInt64, layout: EtcdLayout) -> Etcdserverpb_TxnRequest {
+        .with {
+            $0.compare = [.with {
+                $0.key = layout.dataKey(key)
+                $0.target = .mod
+                $0.result = .equal
+                $0.modRevision = Int64(clamping: modRevision)
+            }]
+            $0.success = [
+                .with { $0.requestDeleteRange = .with { $0.key = layout.dataKey(key) } },
+                .with { $0.requestPut = .with { $0.key = layout.clockKey; $0.value = EtcdLayout.clockValue(milliseconds: now, isExpiry: true) } },
+            ]
+        }
+    }
+
+    /// What etcd's answer to ``request(nowMilliseconds:writeIDLease:sessionLeases:)`` means.
     func outcome(of response: Etcdserverpb_TxnResponse) -> Outcome {
         let revision = UInt64(max(response.header.revision, 0))
         if response.succeeded {

@@ -876,11 +876,25 @@ package enum Etcdserverpb_Lease: Sendable {
                 type: .bidirectionalStreaming
             )
         }
+        /// Namespace for "LeaseTimeToLive" metadata.
+        package enum LeaseTimeToLive: Sendable {
+            /// Request type for "LeaseTimeToLive".
+            package typealias Input = Etcdserverpb_LeaseTimeToLiveRequest
+            /// Response type for "LeaseTimeToLive".
+            package typealias Output = Etcdserverpb_LeaseTimeToLiveResponse
+            /// Descriptor for "LeaseTimeToLive".
+            package static let descriptor = GRPCCore.MethodDescriptor(
+                service: GRPCCore.ServiceDescriptor(fullyQualifiedService: "etcdserverpb.Lease"),
+                method: "LeaseTimeToLive",
+                type: .unary
+            )
+        }
         /// Descriptors for all methods in the "etcdserverpb.Lease" service.
         package static let descriptors: [GRPCCore.MethodDescriptor] = [
             LeaseGrant.descriptor,
             LeaseRevoke.descriptor,
-            LeaseKeepAlive.descriptor
+            LeaseKeepAlive.descriptor,
+            LeaseTimeToLive.descriptor
         ]
     }
 }
@@ -955,6 +969,25 @@ extension Etcdserverpb_Lease {
             deserializer: some GRPCCore.MessageDeserializer<Etcdserverpb_LeaseKeepAliveResponse>,
             options: GRPCCore.CallOptions,
             onResponse handleResponse: @Sendable @escaping (GRPCCore.StreamingClientResponse<Etcdserverpb_LeaseKeepAliveResponse>) async throws -> Result
+        ) async throws -> Result where Result: Sendable
+
+        /// Call the "LeaseTimeToLive" method.
+        ///
+        /// - Parameters:
+        ///   - request: A request containing a single `Etcdserverpb_LeaseTimeToLiveRequest` message.
+        ///   - serializer: A serializer for `Etcdserverpb_LeaseTimeToLiveRequest` messages.
+        ///   - deserializer: A deserializer for `Etcdserverpb_LeaseTimeToLiveResponse` messages.
+        ///   - options: Options to apply to this RPC.
+        ///   - handleResponse: A closure which handles the response and returns its result to
+        ///       the caller. Returning from the closure will cancel the RPC if it hasn't
+        ///       already finished.
+        /// - Returns: The result of `handleResponse`.
+        func leaseTimeToLive<Result>(
+            request: GRPCCore.ClientRequest<Etcdserverpb_LeaseTimeToLiveRequest>,
+            serializer: some GRPCCore.MessageSerializer<Etcdserverpb_LeaseTimeToLiveRequest>,
+            deserializer: some GRPCCore.MessageDeserializer<Etcdserverpb_LeaseTimeToLiveResponse>,
+            options: GRPCCore.CallOptions,
+            onResponse handleResponse: @Sendable @escaping (GRPCCore.ClientResponse<Etcdserverpb_LeaseTimeToLiveResponse>) async throws -> Result
         ) async throws -> Result where Result: Sendable
     }
 
@@ -1061,6 +1094,36 @@ extension Etcdserverpb_Lease {
                 onResponse: handleResponse
             )
         }
+
+        /// Call the "LeaseTimeToLive" method.
+        ///
+        /// - Parameters:
+        ///   - request: A request containing a single `Etcdserverpb_LeaseTimeToLiveRequest` message.
+        ///   - serializer: A serializer for `Etcdserverpb_LeaseTimeToLiveRequest` messages.
+        ///   - deserializer: A deserializer for `Etcdserverpb_LeaseTimeToLiveResponse` messages.
+        ///   - options: Options to apply to this RPC.
+        ///   - handleResponse: A closure which handles the response and returns its result to
+        ///       the caller. Returning from the closure will cancel the RPC if it hasn't
+        ///       already finished.
+        /// - Returns: The result of `handleResponse`.
+        package func leaseTimeToLive<Result>(
+            request: GRPCCore.ClientRequest<Etcdserverpb_LeaseTimeToLiveRequest>,
+            serializer: some GRPCCore.MessageSerializer<Etcdserverpb_LeaseTimeToLiveRequest>,
+            deserializer: some GRPCCore.MessageDeserializer<Etcdserverpb_LeaseTimeToLiveResponse>,
+            options: GRPCCore.CallOptions = .defaults,
+            onResponse handleResponse: @Sendable @escaping (GRPCCore.ClientResponse<Etcdserverpb_LeaseTimeToLiveResponse>) async throws -> Result = { response in
+                try response.message
+            }
+        ) async throws -> Result where Result: Sendable {
+            try await self.client.unary(
+                request: request,
+                descriptor: Etcdserverpb_Lease.Method.LeaseTimeToLive.descriptor,
+                serializer: serializer,
+                deserializer: deserializer,
+                options: options,
+                onResponse: handleResponse
+            )
+        }
     }
 }
 
@@ -1135,6 +1198,31 @@ extension Etcdserverpb_Lease.ClientProtocol {
             request: request,
             serializer: GRPCProtobuf.ProtobufSerializer<Etcdserverpb_LeaseKeepAliveRequest>(),
             deserializer: GRPCProtobuf.ProtobufDeserializer<Etcdserverpb_LeaseKeepAliveResponse>(),
+            options: options,
+            onResponse: handleResponse
+        )
+    }
+
+    /// Call the "LeaseTimeToLive" method.
+    ///
+    /// - Parameters:
+    ///   - request: A request containing a single `Etcdserverpb_LeaseTimeToLiveRequest` message.
+    ///   - options: Options to apply to this RPC.
+    ///   - handleResponse: A closure which handles the response and returns its result to
+    ///       the caller. Returning from the closure will cancel the RPC if it hasn't
+    ///       already finished.
+    /// - Returns: The result of `handleResponse`.
+    package func leaseTimeToLive<Result>(
+        request: GRPCCore.ClientRequest<Etcdserverpb_LeaseTimeToLiveRequest>,
+        options: GRPCCore.CallOptions = .defaults,
+        onResponse handleResponse: @Sendable @escaping (GRPCCore.ClientResponse<Etcdserverpb_LeaseTimeToLiveResponse>) async throws -> Result = { response in
+            try response.message
+        }
+    ) async throws -> Result where Result: Sendable {
+        try await self.leaseTimeToLive(
+            request: request,
+            serializer: GRPCProtobuf.ProtobufSerializer<Etcdserverpb_LeaseTimeToLiveRequest>(),
+            deserializer: GRPCProtobuf.ProtobufDeserializer<Etcdserverpb_LeaseTimeToLiveResponse>(),
             options: options,
             onResponse: handleResponse
         )
@@ -1224,6 +1312,35 @@ extension Etcdserverpb_Lease.ClientProtocol {
             producer: producer
         )
         return try await self.leaseKeepAlive(
+            request: request,
+            options: options,
+            onResponse: handleResponse
+        )
+    }
+
+    /// Call the "LeaseTimeToLive" method.
+    ///
+    /// - Parameters:
+    ///   - message: request message to send.
+    ///   - metadata: Additional metadata to send, defaults to empty.
+    ///   - options: Options to apply to this RPC, defaults to `.defaults`.
+    ///   - handleResponse: A closure which handles the response and returns its result to
+    ///       the caller. Returning from the closure will cancel the RPC if it hasn't
+    ///       already finished.
+    /// - Returns: The result of `handleResponse`.
+    package func leaseTimeToLive<Result>(
+        _ message: Etcdserverpb_LeaseTimeToLiveRequest,
+        metadata: GRPCCore.Metadata = [:],
+        options: GRPCCore.CallOptions = .defaults,
+        onResponse handleResponse: @Sendable @escaping (GRPCCore.ClientResponse<Etcdserverpb_LeaseTimeToLiveResponse>) async throws -> Result = { response in
+            try response.message
+        }
+    ) async throws -> Result where Result: Sendable {
+        let request = GRPCCore.ClientRequest<Etcdserverpb_LeaseTimeToLiveRequest>(
+            message: message,
+            metadata: metadata
+        )
+        return try await self.leaseTimeToLive(
             request: request,
             options: options,
             onResponse: handleResponse

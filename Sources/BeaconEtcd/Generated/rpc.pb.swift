@@ -989,6 +989,49 @@ package nonisolated struct Etcdserverpb_LeaseKeepAliveResponse: Sendable {
   fileprivate var _header: Etcdserverpb_ResponseHeader? = nil
 }
 
+package nonisolated struct Etcdserverpb_LeaseTimeToLiveRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var id: Int64 = 0
+
+  package var keys: Bool = false
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
+package nonisolated struct Etcdserverpb_LeaseTimeToLiveResponse: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var header: Etcdserverpb_ResponseHeader {
+    get {_header ?? Etcdserverpb_ResponseHeader()}
+    set {_header = newValue}
+  }
+  /// Returns true if `header` has been explicitly set.
+  package var hasHeader: Bool {self._header != nil}
+  /// Clears the value of `header`. Subsequent reads from it will return its default value.
+  package mutating func clearHeader() {self._header = nil}
+
+  package var id: Int64 = 0
+
+  package var ttl: Int64 = 0
+
+  package var grantedTtl: Int64 = 0
+
+  package var keys: [Data] = []
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+
+  fileprivate var _header: Etcdserverpb_ResponseHeader? = nil
+}
+
 package nonisolated struct Etcdserverpb_Member: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -2538,6 +2581,95 @@ nonisolated extension Etcdserverpb_LeaseKeepAliveResponse: SwiftProtobuf.Message
     if lhs._header != rhs._header {return false}
     if lhs.id != rhs.id {return false}
     if lhs.ttl != rhs.ttl {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Etcdserverpb_LeaseTimeToLiveRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".LeaseTimeToLiveRequest"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ID\0\u{1}keys\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.keys) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if self.keys != false {
+      try visitor.visitSingularBoolField(value: self.keys, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Etcdserverpb_LeaseTimeToLiveRequest, rhs: Etcdserverpb_LeaseTimeToLiveRequest) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.keys != rhs.keys {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Etcdserverpb_LeaseTimeToLiveResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".LeaseTimeToLiveResponse"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}header\0\u{1}ID\0\u{1}TTL\0\u{1}grantedTTL\0\u{1}keys\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._header) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.id) }()
+      case 3: try { try decoder.decodeSingularInt64Field(value: &self.ttl) }()
+      case 4: try { try decoder.decodeSingularInt64Field(value: &self.grantedTtl) }()
+      case 5: try { try decoder.decodeRepeatedBytesField(value: &self.keys) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._header {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.id != 0 {
+      try visitor.visitSingularInt64Field(value: self.id, fieldNumber: 2)
+    }
+    if self.ttl != 0 {
+      try visitor.visitSingularInt64Field(value: self.ttl, fieldNumber: 3)
+    }
+    if self.grantedTtl != 0 {
+      try visitor.visitSingularInt64Field(value: self.grantedTtl, fieldNumber: 4)
+    }
+    if !self.keys.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.keys, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Etcdserverpb_LeaseTimeToLiveResponse, rhs: Etcdserverpb_LeaseTimeToLiveResponse) -> Bool {
+    if lhs._header != rhs._header {return false}
+    if lhs.id != rhs.id {return false}
+    if lhs.ttl != rhs.ttl {return false}
+    if lhs.grantedTtl != rhs.grantedTtl {return false}
+    if lhs.keys != rhs.keys {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
