@@ -11,7 +11,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # wall-clock steps; etcd for the etcd client's and fronts' tests, which start clusters of it.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf python3-pytest strace faketime sqlite3 passwd util-linux iproute2 etcd-server etcd-client
 
-.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub soak-etcd bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -21,6 +21,7 @@ help:
 	@echo "make soak-core     the reactive core against its reference model, 100,000 random graphs"
 	@echo "make soak-follower the client follower core against a simulated lossy daemon, 50,000 runs"
 	@echo "make soak-pub      beacon pub under daemon stops, kill -9, new journals and a relay's lost upstream: 25 trials, no hole, duplicate or reordering"
+	@echo "make soak-etcd     two etcd fronts under a writer while the etcd leader is killed 10 times: nothing acknowledged lost or applied twice"
 	@echo "make bench         run all benchmarks (release build)"
 	@echo "make bench-daemon  beacond write rate and latency vs raw libzmq"
 	@echo "make bench-core    BeaconSignals on the js-reactivity-benchmark cases"
@@ -93,6 +94,13 @@ soak-follower: deps
 # the new journal.
 soak-pub: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" pub-restarts
+
+# Two etcd fronts under a writer through both while the etcd leader is killed 10 times
+# (`make test` kills it 3 times); ETCD_LEADER_KILLS sets how many.
+ETCD_LEADER_KILLS ?= 10
+soak-etcd: deps
+	$(SWIFT) build --build-tests
+	BEACON_ETCD_LEADER_KILLS=$(ETCD_LEADER_KILLS) $(SWIFT) test --skip-build --filter killingTheEtcdLeaderLosesNoAcknowledgedWriteAndAppliesNoneTwice
 
 bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python
 
