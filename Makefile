@@ -11,7 +11,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # wall-clock steps; etcd for the etcd client's and fronts' tests, which start clusters of it.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf python3-pytest strace faketime sqlite3 passwd util-linux iproute2 etcd-server etcd-client
 
-.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub soak-etcd bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python man completions install proto clean
+.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub soak-etcd bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-etcd bench-python man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"
 	@echo "make bench-relay   latency per relay hop; fan-out through relays vs all on the primary"
+	@echo "make bench-etcd    writes through an etcd front vs direct gRPC puts; front → front latency vs etcd put → watch"
 	@echo "make bench-python  the Python client's mirror: updates/s and write → callback latency vs raw pyzmq"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
@@ -102,7 +103,7 @@ soak-etcd: deps
 	$(SWIFT) build --build-tests
 	BEACON_ETCD_LEADER_KILLS=$(ETCD_LEADER_KILLS) $(SWIFT) test --skip-build --filter killingTheEtcdLeaderLosesNoAcknowledgedWriteAndAppliesNoneTwice
 
-bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-python
+bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-etcd bench-python
 
 # The reactive core's benchmark is a package of its own (Benchmarks/), with OpenCombine.
 bench-core:
@@ -153,6 +154,11 @@ bench-python: release
 bench-relay: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" relay
 
+# Writes through an etcd front beside the same Swift gRPC client putting to etcd directly, and a
+# write at one front → diff at another's subscriber beside etcd's put → watch event.
+bench-etcd: release
+	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" etcd
+
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release
 	$(SWIFT) package generate-manual
@@ -185,6 +191,8 @@ install: release man completions
 	install -d "$(DESTDIR)$(PREFIX)/share/doc/beacon/docs"; \
 	install -m 0644 README.md "$(DESTDIR)$(PREFIX)/share/doc/beacon/"; \
 	install -m 0644 docs/*.md "$(DESTDIR)$(PREFIX)/share/doc/beacon/docs/"; \
+	install -d "$(DESTDIR)$(PREFIX)/share/doc/beacon/examples"; \
+	install -m 0644 deploy/relay.conf deploy/etcd-front.conf deploy/etcd-front.service.conf "$(DESTDIR)$(PREFIX)/share/doc/beacon/examples/"; \
 	echo "installed into $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc, $(DESTDIR)/usr/lib"; \
 	echo "next, as root: systemd-sysusers beacon.conf   # the beacon user and group"; \
 	echo "               systemd-tmpfiles --create beacon.conf"; \

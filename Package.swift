@@ -89,7 +89,7 @@ let package = Package(
         // The daemon's, client's and peers' benchmarks (the reactive core's, which compares with
         // OpenCombine, is a package of its own: Benchmarks/).
         .executableTarget(name: "beacon-bench", dependencies: [
-            "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol", "BeaconLocking",
+            "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol", "BeaconLocking", "BeaconEtcd",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

@@ -39,7 +39,7 @@ package final class EtcdClient: Sendable {
     ///   - callTimeout: how long one member has to answer one call before the next is tried.
     /// - Throws: ``EtcdError`` (`.invalidConfiguration`) when a transport cannot be made.
     package init(endpoints: [EtcdEndpoint], tls: EtcdTLSFiles = EtcdTLSFiles(),
-                 callTimeout: Duration = .seconds(2)) throws(EtcdError) {
+                 callTimeout: Duration = .seconds(5)) throws(EtcdError) {
         precondition(!endpoints.isEmpty, "an etcd client needs an endpoint")
         var members: [Member] = []
         do {

@@ -14,7 +14,7 @@ struct BeaconBench: ParsableCommand {
         commandName: "beacon-bench",
         abstract: "Benchmarks that print figures beside the raw libzmq ceiling measured in the same run.",
         subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self, FuzzBench.self,
-                      FloodBench.self, CompactionBench.self, CrashRepliesBench.self, RelayBench.self, PubRestartSoak.self])
+                      FloodBench.self, CompactionBench.self, CrashRepliesBench.self, RelayBench.self, PubRestartSoak.self, EtcdBench.self])
 }
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }

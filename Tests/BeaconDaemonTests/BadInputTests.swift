@@ -117,9 +117,15 @@ struct BadInputTests {
             serverKey: "/etc/beacon/upstream.pub", keyFile: "/etc/beacon/relay.key")
         upstream.prefixes = ["arm."]
         #expect(configuration.upstream == upstream)
+        var etcd = DaemonConfiguration.EtcdSettings(endpoints: ["https://10.0.0.1:2379", "https://10.0.0.2:2379", "https://10.0.0.3:2379"])
+        etcd.certificateFile = "/etc/beacon/etcd-client.crt"
+        etcd.keyFile = "/etc/beacon/etcd-client.key"
+        etcd.authorityFile = "/etc/beacon/etcd-ca.crt"
+        #expect(configuration.etcd == etcd)
         configuration.extraRequestEndpoints = []
         configuration.extraPublishEndpoints = []
         configuration.upstream = nil
+        configuration.etcd = nil
         #expect(configuration == defaults, "the example's values are the embedded defaults")
     }
 

@@ -81,4 +81,21 @@ struct InteropTests {
         try Self.runPythonClient(runtimeDirectory: relay.runtimeDirectory)
         #expect(try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).get("py.b").version == 1, "the writes went to the primary")
     }
+
+    /// Its own etcd cluster: the client checks that its transaction takes the revision after its
+    /// put, which other writers of a shared cluster would take.
+    @Test("The same Python client, unchanged, against an etcd front",
+          .enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
+    func thePythonClientWorksAgainstAnEtcdFront() async throws {
+        let etcd = try await EtcdCluster()
+        defer { etcd.shutDown() }
+        let directory = try temporaryDirectory()
+        let front = try DaemonProcess(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state",
+                                      extraArguments: ["--etcd-endpoints", etcd.endpointList])
+        defer { front.stop() }
+        let client = try WireClient.patient(runtimeDirectory: front.runtimeDirectory)
+        #expect(waitUntil(seconds: 30) { (try? client.ping())?.upstream.reachable == true })
+        try Self.runPythonClient(runtimeDirectory: front.runtimeDirectory)
+        #expect(try client.get("py.b").version == 1)
+    }
 }

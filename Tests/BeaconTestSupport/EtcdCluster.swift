@@ -1,20 +1,29 @@
 import BeaconEtcd
+import BeaconLocking
 import Foundation
 
 /// A cluster of real `etcd` processes (Debian's `etcd-server`) for one test, talking over Unix
 /// sockets in the test's directory: no tcp port is taken. Members are started, killed, frozen
 /// and restarted one by one; every one still running is killed when the cluster is shut down
-/// or released.
+/// or released. Their data is on tmpfs (`/dev/shm`), so that a suite of clusters does not wait
+/// on the disk's syncs, and their election timeout is 2 s, so that a loaded machine does not
+/// make them elect again and again.
+///
+/// Tests that neither stop members nor compact share one cluster (``shared()``), each under
+/// a key prefix of its own (``uniquePrefix(_:)``).
 public final class EtcdCluster: @unchecked Sendable {
     public let directory: String
+    /// Where the members keep their data (on tmpfs when there is one).
+    public let dataDirectory: String
     public let size: Int
     private var processes: [Process?]
     private let lock = NSLock()
 
     /// Starts `size` members and returns once every member has a leader.
-    /// - Throws: when etcd is missing or the cluster does not form within 30 s.
+    /// - Throws: when etcd is missing or the cluster does not form within 60 s.
     public init(size: Int = 3, prefix: String = "etcd") async throws {
         directory = try makeTestDirectory(prefix)
+        dataDirectory = try Self.makeDataDirectory()
         self.size = size
         processes = Array(repeating: nil, count: size)
         for member in 0..<size { try launch(member, existing: false) }
@@ -22,6 +31,35 @@ public final class EtcdCluster: @unchecked Sendable {
     }
 
     deinit { shutDown() }
+
+    /// The cluster the tests of this process share, started by the first that asks.
+    public static func shared() async throws -> EtcdCluster {
+        try await sharedCluster.value
+    }
+
+    private static let sharedCluster = Task { try await EtcdCluster(prefix: "etcd-shared") }
+    private static let prefixes = Locked(0)
+
+    /// A key prefix no other test of this process uses: `NAME-N/`.
+    public static func uniquePrefix(_ name: String) -> String {
+        "\(name)-\(prefixes.withLock { $0 += 1; return $0 })/"
+    }
+
+    /// A directory on tmpfs for the members' data, removed when this process exits.
+    private static func makeDataDirectory() throws -> String {
+        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
+        var template = Array("\(base)/beacon-etcd-\(getpid())-XXXXXX".utf8CString)
+        guard let path = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
+        dataCleanup.withLock { paths in
+            if paths.isEmpty { atexit { for path in EtcdCluster.dataCleanup.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: path) } } }
+            paths.append(String(cString: path))
+        }
+        return String(cString: path)
+    }
+
+    private static let dataCleanup = Locked<[String]>([])
 
     /// The members' client endpoints, for `EtcdClient` and `--etcd-endpoints`.
     public var endpoints: [String] { (0..<size).map(endpoint(of:)) }
@@ -41,7 +79,8 @@ public final class EtcdCluster: @unchecked Sendable {
         let cluster = (0..<size).map { "\(name($0))=unix://\(name($0)).peer:1" }.joined(separator: ",")
         // etcd's unix:// listeners take the URL's host as a path relative to its working directory.
         process.arguments = [
-            "--name", name(member), "--data-dir", "\(name(member)).data",
+            "--name", name(member), "--data-dir", "\(dataDirectory)/\(name(member)).data",
+            "--heartbeat-interval", "100", "--election-timeout", "2000",
             "--listen-client-urls", "unix://\(name(member)).client:1", "--advertise-client-urls", "unix://\(name(member)).client:1",
             "--listen-peer-urls", "unix://\(name(member)).peer:1", "--initial-advertise-peer-urls", "unix://\(name(member)).peer:1",
             "--initial-cluster", cluster, "--initial-cluster-state", existing ? "existing" : "new",
@@ -88,15 +127,16 @@ public final class EtcdCluster: @unchecked Sendable {
         try launch(member, existing: true)
     }
 
-    /// Kills every member still running.
+    /// Kills every member still running, and removes their data.
     public func shutDown() {
         for member in 0..<size { kill(member) }
+        try? FileManager.default.removeItem(atPath: dataDirectory)
     }
 
     /// The index of the member that leads now, as a member that has a leader reports it.
-    /// - Throws: when no member answers with a leader within 30 s.
+    /// - Throws: when no member answers with a leader within 60 s.
     public func leader() async throws -> Int {
-        let deadline = ContinuousClock.now + .seconds(30)
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             var ids: [UInt64: Int] = [:]
             var leader: UInt64 = 0
@@ -108,13 +148,13 @@ public final class EtcdCluster: @unchecked Sendable {
             if leader != 0, let index = ids[leader] { return index }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw EtcdClusterError("no member of the etcd cluster in \(directory) reported a leader within 30 s")
+        throw EtcdClusterError("no member of the etcd cluster in \(directory) reported a leader within 60 s")
     }
 
     /// Returns once every running member answers with a leader.
-    /// - Throws: after 30 s.
+    /// - Throws: after 60 s.
     public func waitUntilEveryMemberHasALeader() async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
+        let deadline = ContinuousClock.now + .seconds(60)
         var pending = Set((0..<size).filter { pid(of: $0) != nil })
         while !pending.isEmpty {
             for member in pending {
@@ -122,7 +162,7 @@ public final class EtcdCluster: @unchecked Sendable {
             }
             if pending.isEmpty { return }
             guard ContinuousClock.now < deadline else {
-                throw EtcdClusterError("etcd members \(pending.sorted()) in \(directory) have no leader after 30 s; see m*.log there")
+                throw EtcdClusterError("etcd members \(pending.sorted()) in \(directory) have no leader after 60 s; see m*.log there")
             }
             try await Task.sleep(for: .milliseconds(50))
         }

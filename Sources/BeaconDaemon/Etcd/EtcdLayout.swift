@@ -38,8 +38,9 @@ struct EtcdLayout: Sendable, Equatable {
         key("s/" + session.map { String($0, radix: 16).leftPadded(to: 2) }.joined())
     }
 
-    /// What the front watches and reads: the data keys and the clock (`P k/` up to `P u`).
-    var watchedRange: (start: [UInt8], end: [UInt8]) { (Array((prefix + "k/").utf8), Array((prefix + "u").utf8)) }
+    /// What the front watches and reads: the generation, the data keys, sessions and the clock
+    /// (`P generation` up to `P u`; write ids come after).
+    var watchedRange: (start: [UInt8], end: [UInt8]) { (Array((prefix + "generation").utf8), Array((prefix + "u").utf8)) }
 
     /// The Beacon key an etcd key stands for; nil for the front's bookkeeping.
     func beaconKey(_ etcdKey: Data) -> String? {

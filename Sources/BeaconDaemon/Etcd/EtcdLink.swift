@@ -248,8 +248,14 @@ final class EtcdLink: Sendable {
         var after = journaled
         var epoch: UInt64?
         var reader = EtcdChangeReader(layout: layout, lastCommitMilliseconds: lastCommitMilliseconds)
+        // Watches that ended in a row without a word: the front says it cannot reach etcd once every
+        // member has been tried (at once when none has a leader, each refusing in a moment), not
+        // when one member goes quiet and the next takes over.
+        var failures = 0
+        let heard = Locked(false)
         while !Task.isCancelled {
             do throws(EtcdError) {
+                heard.withLock { $0 = false }
                 let clusterEpoch = try await self.epoch()
                 if after == 0 || clusterEpoch != (epoch ?? journalEpoch) {
                     after = try await takeState(epoch: clusterEpoch, reader: &reader)
@@ -258,10 +264,14 @@ final class EtcdLink: Sendable {
                 let range = layout.watchedRange
                 let progress = Locked((after: after, reader: reader))
                 defer { (after, reader) = progress.withLock { ($0.after, $0.reader) } }
-                try await client.watch(prefix: range.start, end: range.end, from: Int64(after + 1)) { [self] update in
+                try await client.watch(prefix: range.start, end: range.end, from: Int64(after + 1), progressInterval: .seconds(1)) { [self] update in
+                    heard.withLock { $0 = true }
                     switch update {
                     case .created(let head), .progress(let head):
                         report(.status(reachable: true, headRevision: UInt64(max(head, 0))))
+                    case .events(let events, _) where events.contains(where: { $0.kv.key == layout.generationKey }):
+                        // A new generation: the epoch is made again, and the state taken anew.
+                        return false
                     case .events(let events, let head):
                         let revisions = progress.withLock { state in
                             state.after = UInt64(max(events.last?.kv.modRevision ?? 0, 0))
@@ -278,6 +288,11 @@ final class EtcdLink: Sendable {
                     logger.notice("etcd compacted history this front still needed: it takes the cluster's state anew", metadata: [
                         "front.after": "\(after)", "etcd.compacted": "\(error.compactedRevision)"])
                     after = 0
+                    continue
+                }
+                failures = heard.withLock { $0 } ? 1 : failures + 1
+                guard failures >= client.endpoints.count else {
+                    logger.info("an etcd watch ended; following from the next member", metadata: ["error": "\(error)"])
                     continue
                 }
                 if wasReachable.withLock({ $0 }) {
