@@ -18,9 +18,14 @@ import GRPCProtobuf
 package final class EtcdClient: Sendable {
     package typealias Transport = HTTP2ClientTransport.Posix
 
+    /// One member: a connection for calls, and one for watches. A connection can be closed under
+    /// load by swift-nio-http2's limit on control frames (200 in 30 s), which etcd's gRPC server
+    /// passes by pinging once per burst of requests (its window estimation); the watch then
+    /// keeps its own, quiet, connection.
     private struct Member: Sendable {
         let endpoint: EtcdEndpoint
         let grpc: GRPCClient<Transport>
+        let streams: GRPCClient<Transport>
     }
 
     private let members: [Member]
@@ -48,17 +53,19 @@ package final class EtcdClient: Sendable {
                 case .tcp(let host, let port): .dns(host: host, port: port)
                 case .unixSocket(let path): .unixDomainSocket(path: path)
                 }
-                let transport = try Transport(target: target, transportSecurity: Self.security(endpoint, tls),
-                                              config: .defaults { $0.backoff.max = .seconds(1) })
-                members.append(Member(endpoint: endpoint, grpc: GRPCClient(transport: transport)))
+                func connection() throws -> GRPCClient<Transport> {
+                    GRPCClient(transport: try Transport(target: target, transportSecurity: Self.security(endpoint, tls),
+                                                        config: .defaults { $0.backoff.max = .seconds(1) }))
+                }
+                members.append(Member(endpoint: endpoint, grpc: try connection(), streams: try connection()))
             }
         } catch {
             throw EtcdError(.invalidConfiguration, "cannot set up the etcd client: \(error)")
         }
         self.members = members
         self.callTimeout = callTimeout
-        connections = Locked(members.map { member in
-            Task { try? await member.grpc.runConnections() }
+        connections = Locked(members.flatMap { member in
+            [Task { try? await member.grpc.runConnections() }, Task { try? await member.streams.runConnections() }]
         })
     }
 
@@ -79,7 +86,10 @@ package final class EtcdClient: Sendable {
     /// Ends every connection; later calls fail with `.closed`. Idempotent.
     package func close() {
         guard let tasks = connections.withLock({ tasks in defer { tasks = nil }; return tasks }) else { return }
-        for member in members { member.grpc.beginGracefulShutdown() }
+        for member in members {
+            member.grpc.beginGracefulShutdown()
+            member.streams.beginGracefulShutdown()
+        }
         for task in tasks { task.cancel() }
     }
 
@@ -112,10 +122,11 @@ package final class EtcdClient: Sendable {
         }
     }
 
-    /// Grants a lease of `seconds` (etcd may raise it to its minimum).
+    /// Grants a lease of `seconds` (etcd may raise it to its minimum). Tried on the next member
+    /// when one cannot answer: a lease granted by a call whose answer was lost runs out unused.
     /// - Returns: the lease's id and its time to live in seconds.
     package func grantLease(seconds: Int64) async throws(EtcdError) -> (id: Int64, seconds: Int64) {
-        let reply = try await call("lease grant", idempotent: false) { grpc, options in
+        let reply = try await call("lease grant", idempotent: true) { grpc, options in
             try await Etcdserverpb_Lease.Client(wrapping: grpc).leaseGrant(.with { $0.ttl = seconds },
                                                                            metadata: Self.leaderRequired, options: options)
         }
@@ -200,7 +211,7 @@ package final class EtcdClient: Sendable {
     func watchMember() -> (Int, GRPCClient<Transport>)? {
         guard connections.withLock({ $0 != nil }) else { return nil }
         let index = preferred.withLock { $0 }
-        return (index, members[index].grpc)
+        return (index, members[index].streams)
     }
 
     /// The member at `index` could not answer: the next call starts at the one after it.

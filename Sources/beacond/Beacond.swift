@@ -240,6 +240,10 @@ struct Beacond: AsyncParsableCommand {
             lines.append("relay of \(upstream.requestEndpoint)\(upstream.carriedPrefixes == [""] ? "" : ", keys under " + upstream.carriedPrefixes.map { "'\($0)'" }.joined(separator: ", ")) (publish \(upstream.resolvedPublishEndpoint ?? "?"), "
                 + (upstream.curve == nil ? "no CURVE)" : "CURVE as \(upstream.curve!.keys.publicKey))"))
         }
+        if let etcd = configuration.etcd {
+            lines.append("front of etcd \(etcd.endpoints.joined(separator: ",")), keys under '\(etcd.prefix)'"
+                + (etcd.certificateFile.map { ", client certificate \($0)" } ?? ""))
+        }
         if let keys = configuration.curveKeys { lines.append("CURVE public key = \(keys.publicKey)") }
         return lines.joined(separator: "\n")
     }

@@ -63,7 +63,8 @@ struct EtcdFrontPartsTests {
         #expect(plan.sessions == [Array("s1".utf8)])
         let txn = plan.request(nowMilliseconds: 1_000, writeIDLease: 0, sessionLeases: [Array("s1".utf8): 55])
         #expect(EtcdLayout.parseStoredValue(txn.success[0].requestPut.value)?.expiresAtMilliseconds == 6_000)
-        #expect(txn.success.map(\.requestPut.lease) == [0, 55, 0])
+        #expect(txn.success.map(\.requestPut.lease) == [0, 55, 0, 0])
+        #expect(!plan.isClientsWriteID && plan.writeID.first == 0, "a write without a write id gets one of the front's")
 
         let expiry = EtcdWritePlan.expiry(of: "a", modRevision: 9, nowMilliseconds: 6_001, layout: layout)
         #expect(expiry.compare.map(\.target) == [.mod] && expiry.compare.map(\.modRevision) == [9])
@@ -158,5 +159,28 @@ struct EtcdFrontPartsTests {
                           EtcdLayout.epoch(clusterID: 1, generation: 2)])
         #expect(epochs.count == 3 && !epochs.contains(0))
         #expect(EtcdLayout(prefix: "beacon/").scope != EtcdLayout(prefix: "other/").scope)
+    }
+
+    // MARK: Configuration
+
+    private func configuration(_ text: String) throws -> DaemonConfiguration {
+        var configuration = DaemonConfiguration(runtimeDirectory: "/run/beacon", stateDirectory: "/var/lib/beacon")
+        try configuration.apply(fileContents: text, path: "beacond.conf")
+        try configuration.validate()
+        return configuration
+    }
+
+    @Test func aFrontsSettingsAreReadAndWrongOnesAreRefusedWithTheReason() throws {
+        let front = try configuration("etcd_endpoints = unix:///run/etcd.sock, http://10.0.0.2:2379\netcd_prefix = plant/\n")
+        #expect(front.etcd?.endpoints == ["unix:///run/etcd.sock", "http://10.0.0.2:2379"])
+        #expect(front.etcd?.prefix == "plant/")
+        #expect(try configuration("etcd_endpoints = http://h:1").etcd?.prefix == "beacon/")
+
+        #expect { try configuration("etcd_prefix = x/") } throws: { "\($0)".contains("needs an 'etcd_endpoints") }
+        #expect { try configuration("etcd_endpoints = h:2379") } throws: { "\($0)".contains("etcd_endpoints: etcd endpoint 'h:2379'") }
+        #expect { try configuration("etcd_endpoints = http://h:1\netcd_cert = /c.pem") } throws: { "\($0)".contains("etcd_cert and etcd_key go together") }
+        #expect { try configuration("upstream = ipc:///run/beacon/beacon.req\netcd_endpoints = http://h:1") } throws: {
+            "\($0)".contains("either a relay (upstream) or an etcd front")
+        }
     }
 }

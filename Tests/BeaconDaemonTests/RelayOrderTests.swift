@@ -38,6 +38,28 @@ struct RelayOrderTests {
         #expect(order.waitingCount == 0)
     }
 
+    /// An etcd front's order: etcd applies concurrent transactions in any order, so a write waits
+    /// for the one before it, bounded like the rest.
+    @Test func withoutPipeliningAWriteWaitsForTheOneBeforeIt() {
+        var order = ForwardingOrder<String>(pipelinesForwarded: false)
+        #expect(order.admit("write 1", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 25) == .now)
+        order.forwarded(by: Self.alice)
+        #expect(order.admit("write 2", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 25) == .waits)
+        #expect(order.admit("read 1", of: Self.alice, isForwarded: false, bytes: 10, boundBytes: 25) == .waits)
+        #expect(order.admit("write of bob", of: Self.bob, isForwarded: true, bytes: 10, boundBytes: 25) == .now, "another connection is not held")
+        order.answered(for: Self.alice)
+        #expect(order.nextToHandBack() == "write 2")
+        order.forwarded(by: Self.alice)
+        #expect(order.nextToHandBack() == nil, "the read waits for write 2")
+        order.answered(for: Self.alice)
+        #expect(order.nextToHandBack() == "read 1")
+        #expect(order.waitingCount == 0)
+        order.forwarded(by: Self.alice)
+        #expect(order.admit("write 3", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 25) == .waits)
+        #expect(order.admit("write 4", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 25) == .waits)
+        #expect(order.admit("write 5", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 25) == .overBound(held: 30))
+    }
+
     @Test func handingBackStopsAtAReadBehindAWriteItForwardedAgain() {
         var order = ForwardingOrder<String>()
         order.forwarded(by: Self.alice)

@@ -28,10 +28,10 @@ private final class FrontedCluster {
 
     /// Starts (or starts again, on its journal) front `name`.
     @discardableResult
-    func start(_ name: String) throws -> DaemonProcess {
+    func start(_ name: String, extraArguments: [String] = []) throws -> DaemonProcess {
         try FileManager.default.createDirectory(atPath: "\(directory)/\(name)", withIntermediateDirectories: true)
         let front = try DaemonProcess(runtimeDirectory: "\(directory)/\(name)/run", stateDirectory: "\(directory)/\(name)/state",
-                                      extraArguments: ["--etcd-endpoints", etcd.endpointList, "--etcd-prefix", prefix])
+                                      extraArguments: ["--etcd-endpoints", etcd.endpointList, "--etcd-prefix", prefix] + extraArguments)
         fronts[name] = front
         return front
     }
@@ -221,6 +221,23 @@ struct EtcdFrontTests {
         #expect(try atB.get("t.a").version == 30)
         #expect(try historyText(atA, "t.") == historyText(atB, "t."))
         #expect(try historyText(atA, "t.").count == 60)
+    }
+
+    @Test func theCLIWritesAtOneFrontAndReadsTheSameAtTheOther() async throws {
+        let cluster = try await startTwoFronts()
+        defer { cluster.shutDown() }
+        let a = cluster.front("a").runtimeDirectory, b = cluster.front("b").runtimeDirectory
+        #expect(try await beacon(["set", "cli.n", "1"], runtimeDirectory: a).status == 0)
+        let piped = try await beacon(["pub"], input: (1...200).map { "cli.p\($0 % 20) \($0)" }.joined(separator: "\n") + "\n", runtimeDirectory: a)
+        #expect(piped.status == 0, "\(piped.stderr)")
+        let txn = try await beacon(["txn"], input: "cli.x 1\ncli.y 2\n", runtimeDirectory: b)
+        #expect(txn.status == 0, "\(txn.stderr)")
+        try cluster.waitUntilEveryFrontHolds(try cluster.client("b").ping().headRevision)
+        let atA = try await beacon(["ls", "cli.", "--json"], runtimeDirectory: a)
+        let atB = try await beacon(["ls", "cli.", "--json"], runtimeDirectory: b)
+        #expect(atA.status == 0 && atA.stdout == atB.stdout)
+        #expect(atB.stdout.contains("\"key\":\"cli.p19\""))
+        #expect(try cluster.client("a").get("cli.p0").value.intValue == 200)
     }
 
     @Test func aClientMovedFromOneFrontToTheOtherResumesByDelta() async throws {
@@ -422,5 +439,25 @@ struct EtcdFrontFaultTests {
         #expect(snapshotB.kvs.map(\.value.intValue) == (1..<10).map { Int64(100 + $0) })
         #expect(snapshotB.epoch == snapshotA.epoch)
         #expect(cluster.front("b").stderr.contains("the front took the cluster's state"))
+    }
+
+    /// A front sends a connection's writes to etcd one at a time: what it sends behind them waits
+    /// in the front, bounded by `reply_buffer_bytes`, however long etcd takes.
+    @Test func writesPiledUpBehindOneEtcdHasNotAnsweredAreBoundedPerConnection() async throws {
+        let cluster = try await FrontedCluster(ownCluster: true)
+        defer { cluster.shutDown() }
+        try "reply_buffer_bytes = 1048576\n".write(toFile: cluster.directory + "/front.conf", atomically: true, encoding: .utf8)
+        try cluster.start("a", extraArguments: ["--config", cluster.directory + "/front.conf"])
+        try cluster.waitUntilReachable("a")
+        let piler = try cluster.client("a")
+        // etcd stops answering: the first write waits for it, and those behind it in the front.
+        for member in 0..<cluster.etcd.size { cluster.etcd.freeze(member) }
+        defer { for member in 0..<cluster.etcd.size { cluster.etcd.thaw(member) } }
+        let text = String(repeating: "x", count: 200)
+        for index in 0..<6000 { _ = try piler.send(.put(.with { $0.key = "p.\(index)"; $0.value = .with { $0.stringValue = text } })) }
+        #expect(waitUntil(seconds: 30) { cluster.front("a").stderr.contains("it piles requests up behind writes") },
+                "the piling connection was not closed")
+        let other = try cluster.client("a")
+        #expect(try other.ping().epoch != 0, "another client is served")
     }
 }

@@ -103,6 +103,42 @@ struct EtcdClientTests {
         #expect(kvs.last?.modRevision == created.header.revision)
     }
 
+    @Test func concurrentCallsOnOneClientAreAllAnswered() async throws {
+        let cluster = try await EtcdCluster.shared()
+        let p = EtcdCluster.uniquePrefix("client")
+        let client = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: cluster.endpointList), callTimeout: .seconds(20))
+        defer { client.close() }
+        let events = Locked(0)
+        let start = try await client.range(.with { $0.key = Data("\(p)c/".utf8) }).header.revision + 1
+        let watch = Task {
+            try? await client.watch(prefix: Array("\(p)c/".utf8), from: start) { update in
+                if case .events(let list, _) = update { events.withLock { $0 += list.count } }
+                return true
+            }
+        }
+        defer { watch.cancel() }
+        let failures = await withTaskGroup(of: [String].self) { group in
+            for writer in 0..<8 {
+                group.addTask {
+                    var failures: [String] = []
+                    for index in 0..<100 {
+                        do {
+                            _ = try await client.txn(.with { $0.success = [put("\(p)c/\(writer).\(index)", "v")] }, idempotent: false)
+                        } catch {
+                            failures.append("\(error)")
+                        }
+                    }
+                    return failures
+                }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(failures.isEmpty, "\(failures.count) failed: \(failures.prefix(3))")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while events.withLock({ $0 }) < 800 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(events.withLock { $0 } == 800, "the watch beside them saw every change")
+    }
+
     @Test func aWatchDeliversWholeRevisionsInOrderFromItsStart() async throws {
         let cluster = try await EtcdCluster.shared()
         let p = EtcdCluster.uniquePrefix("client")

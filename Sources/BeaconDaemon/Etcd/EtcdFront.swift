@@ -9,8 +9,9 @@ import Logging
 ///
 /// A write becomes one etcd transaction (``EtcdWritePlan``); the front answers it once etcd has
 /// committed it and the front's own journal shows its revision, so that its client reads its
-/// write here. A connection's writes go to etcd one at a time, in the order sent; its other
-/// requests wait behind them (``ForwardingOrder``). Loop thread only.
+/// write here. A connection's writes go to etcd one at a time, in the order sent (etcd applies
+/// concurrent transactions in any order); its later requests wait behind them, bounded in bytes
+/// (``ForwardingOrder`` without pipelining). Loop thread only.
 final class EtcdFront: WriteAuthority {
     /// A request that waits behind its connection's writes.
     struct WaitingRequest {
@@ -55,16 +56,14 @@ final class EtcdFront: WriteAuthority {
 
     let link: EtcdLink
     private let logger: Logger
+    private let clock: any DaemonClock
     private var reachable = false
     private var etcdHead: UInt64 = 0
     private var lastHeardMilliseconds: UInt64 = 0
     /// Writes sent, by token; at most one per connection.
     private var sent: [UInt64: Pending] = [:]
-    private var sending: Set<RoutingID> = []
-    /// Per connection, writes waiting for the one sent before them.
-    private var queued: [RoutingID: [Pending]] = [:]
     private var nextToken: UInt64 = 1
-    private var order = ForwardingOrder<WaitingRequest>()
+    private var order = ForwardingOrder<WaitingRequest>(pipelinesForwarded: false)
     private var fences = WriteFences()
     private var awaitingJournal = MirrorWaiters<Applied>()
     /// Keys with a time to live, by expiry. Keyed by wall-clock milliseconds, not monotonic ones:
@@ -91,6 +90,7 @@ final class EtcdFront: WriteAuthority {
         link = try EtcdLink(settings: settings, after: resumable ? journal.headRevision : 0, journalEpoch: writes.epoch,
                             lastCommitMilliseconds: lastCommit, sessionTTLMilliseconds: sessionTTLMilliseconds, logger: logger)
         self.logger = logger
+        clock = writes.clock
         if resumable { scheduleExpiries(of: writes.store) }
     }
 
@@ -128,16 +128,13 @@ final class EtcdFront: WriteAuthority {
                     }
                 }
             case .reset(let epoch, let revision, let entries):
-                if staged {
-                    host.writes.flush()
-                    staged = false
-                }
+                staged = false  // committed first: the journal is replaced behind them
                 takeState(epoch: epoch, revision: revision, entries: entries, host: host)
             case .answered(let token, let result):
                 answer(token: token, result, host: host)
             case .keptAlive(let token, let result):
                 answerKeepAlive(token: token, result, host: host)
-            case .expiryNotSent(let key, let modRevision, _):
+            case .expiryNotSent(let key, let modRevision):
                 // Tried again in half a second.
                 schedule(Expiry(key: key, modRevision: modRevision, expiresAtMilliseconds: host.writes.clock.wallMilliseconds() + 500))
             case .status(let reachable, let head):
@@ -164,14 +161,14 @@ final class EtcdFront: WriteAuthority {
                 if !reachable { schedule(Expiry(key: expiry.key, modRevision: expiry.modRevision, expiresAtMilliseconds: now + 500)) }
                 continue
             }
-            link.expire(expiry.key, modRevision: expiry.modRevision, expiresAtMilliseconds: expiry.expiresAtMilliseconds, nowMilliseconds: now)
+            link.expire(expiry.key, modRevision: expiry.modRevision, nowMilliseconds: now)
         }
     }
 
     /// Until the next expiry, at most.
     var pollTimeoutMilliseconds: Int? {
         guard let next = expiries.nextDeadline?.milliseconds else { return nil }
-        let now = UInt64(max(Date().timeIntervalSince1970 * 1000, 0))
+        let now = clock.wallMilliseconds()
         return next > now ? Int(min(next - now, 60_000)) : 0
     }
 
@@ -187,7 +184,7 @@ final class EtcdFront: WriteAuthority {
 
     /// Answers every write still waiting (it may have been applied), then the requests behind them.
     func shutDown(host: some AuthorityHost) {
-        while !sent.isEmpty || !queued.isEmpty || !awaitingJournal.isEmpty || order.hasDue {
+        while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue {
             for token in sent.keys.sorted() {
                 if case .keepAlive = sent[token]?.work {
                     answerKeepAlive(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host)
@@ -291,7 +288,7 @@ final class EtcdFront: WriteAuthority {
                 }
                 guard reachable else { throw unreachable() }
                 work = .keepAlive(session: context.owned(Array(keepAlive.session)), ttlMilliseconds: UInt64(keepAlive.ttlMs))
-                return enqueue(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work,
+                return send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work,
                                        clientWriteID: clientWriteID), host: host)
             }
             var (ops, writeID) = try Self.operations(of: op)
@@ -315,7 +312,7 @@ final class EtcdFront: WriteAuthority {
             }
             return host.refuse(request.id, error, route: route, dependsOnStaged: false)
         }
-        enqueue(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work, clientWriteID: clientWriteID),
+        send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work, clientWriteID: clientWriteID),
                 host: host)
     }
 
@@ -324,22 +321,13 @@ final class EtcdFront: WriteAuthority {
             + "reads are served from its copy, writes are refused: retry later")
     }
 
-    /// Sends `pending` now, or after the connection's write in flight.
-    private func enqueue(_ pending: Pending, host: some AuthorityHost) {
+    /// Sends `pending` (the connection's only one in flight: its later writes wait in `order`).
+    private func send(_ pending: Pending, host: some AuthorityHost) {
         order.forwarded(by: pending.connection)
         writesForwarded += 1
-        if sending.contains(pending.connection) {
-            queued[pending.connection, default: []].append(pending)
-        } else {
-            send(pending, host: host)
-        }
-    }
-
-    private func send(_ pending: Pending, host: some AuthorityHost) {
         let token = nextToken
         nextToken += 1
         sent[token] = pending
-        sending.insert(pending.connection)
         let now = host.writes.clock.wallMilliseconds()
         switch pending.work {
         case .write(let plan):
@@ -397,12 +385,11 @@ final class EtcdFront: WriteAuthority {
     }
 
     /// Answers a write with etcd's outcome: applied (once the journal shows it), refused, or —
-    /// when no member answered — `UPSTREAM_UNAVAILABLE`, which says it may have been applied.
-    /// The connection's next write goes out; after an unavailable one, its queued writes are
-    /// refused the same way (they would be applied ahead of it).
+    /// when no member answered — `UPSTREAM_UNAVAILABLE`, which says it may have been applied;
+    /// the connection's later writes are then turned away (``WriteFences``) until it sends this
+    /// one again.
     private func answer(token: UInt64, _ result: Result<Etcdserverpb_TxnResponse, EtcdError>, host: some AuthorityHost) {
         guard let pending = sent.removeValue(forKey: token) else { return }
-        sending.remove(pending.connection)
         let writes = host.writes
         var reply = Beacon_V1_Reply()
         reply.id = pending.id
@@ -420,7 +407,7 @@ final class EtcdFront: WriteAuthority {
             case .replayed(let revision):
                 reply.write = .with {
                     $0.revision = revision
-                    $0.replayed = true
+                    $0.replayed = plan.isClientsWriteID
                 }
                 awaitingJournal.add(Applied(connection: pending.connection, ticket: pending.ticket, reply: reply, replayedRevision: revision),
                                     epoch: writes.epoch, revision: revision)
@@ -431,7 +418,6 @@ final class EtcdFront: WriteAuthority {
                 answered(pending.connection, host: host)
             }
             journalAdvanced(host: host)
-            sendNext(of: pending.connection, host: host)
         case .failure(let error):
             host.countRejected(1)
             let refusal: Refusal = switch error.code {
@@ -443,29 +429,16 @@ final class EtcdFront: WriteAuthority {
             }
             reply.error = refusal.wire(headRevision: writes.durableRevision)
             writes.fill(pending.ticket, with: reply)
-            answered(pending.connection, host: host)
-            guard refusal.code == .upstreamUnavailable else { return sendNext(of: pending.connection, host: host) }
-            fences.unavailable(pending.connection, writeID: pending.clientWriteID, at: writes.clock.now().milliseconds)
-            for later in queued.removeValue(forKey: pending.connection) ?? [] {
-                host.countRejected(1)
-                var turnedAway = Beacon_V1_Reply()
-                turnedAway.id = later.id
-                turnedAway.error = Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
-                    + "so this one was not sent (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
-                    .wire(headRevision: writes.durableRevision)
-                writes.fill(later.ticket, with: turnedAway)
-                if !later.clientWriteID.isEmpty {
-                    fences.unavailable(later.connection, writeID: later.clientWriteID, at: writes.clock.now().milliseconds)
-                }
-                answered(later.connection, host: host)
+            if refusal.code == .upstreamUnavailable, !pending.clientWriteID.isEmpty {
+                fences.unavailable(pending.connection, writeID: pending.clientWriteID, at: writes.clock.now().milliseconds)
             }
+            answered(pending.connection, host: host)
         }
     }
 
     /// Answers a `KeepAlive` with the session's keys and end, or `UPSTREAM_UNAVAILABLE`.
     private func answerKeepAlive(token: UInt64, _ result: Result<Beacon_V1_KeepAliveReply, EtcdError>, host: some AuthorityHost) {
         guard let pending = sent.removeValue(forKey: token) else { return }
-        sending.remove(pending.connection)
         var reply = Beacon_V1_Reply()
         reply.id = pending.id
         switch result {
@@ -478,14 +451,6 @@ final class EtcdFront: WriteAuthority {
         }
         host.writes.fill(pending.ticket, with: reply)
         answered(pending.connection, host: host)
-        sendNext(of: pending.connection, host: host)
-    }
-
-    private func sendNext(of connection: RoutingID, host: some AuthorityHost) {
-        guard var waiting = queued[connection], !waiting.isEmpty else { return }
-        let next = waiting.removeFirst()
-        queued[connection] = waiting.isEmpty ? nil : waiting
-        send(next, host: host)
     }
 
     /// A write of `connection` was answered; once none is left, a fence counts its hold from now.

@@ -18,7 +18,7 @@ enum EtcdLinkEvent: Sendable {
     /// The answer to the `KeepAlive` sent with `token`.
     case keptAlive(token: UInt64, Result<Beacon_V1_KeepAliveReply, EtcdError>)
     /// An expiry this front sent did not reach etcd: it is tried again.
-    case expiryNotSent(key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64)
+    case expiryNotSent(key: String, modRevision: UInt64)
     /// Whether the watch is in place (a member with a leader answers), and etcd's revision.
     case status(reachable: Bool, headRevision: UInt64)
 }
@@ -113,11 +113,11 @@ final class EtcdLink: Sendable {
             // A lease that ran out between finding it and using it is found anew, once.
             for attempt in 0..<2 {
                 do throws(EtcdError) {
-                    let idLease = plan.writeID.isEmpty ? 0 : try await currentWriteIDLease()
+                    let idLease = try await currentWriteIDLease()
                     var leases: [[UInt8]: Int64] = [:]
                     for session in plan.sessions { leases[session] = try await lease(of: session, seconds: sessionSeconds) }
                     let request = plan.request(nowMilliseconds: nowMilliseconds, writeIDLease: idLease, sessionLeases: leases)
-                    result = .success(try await client.txn(request, idempotent: !plan.writeID.isEmpty))
+                    result = .success(try await client.txn(request, idempotent: true))  // the write id makes it so
                 } catch {
                     result = .failure(error)
                     guard attempt == 0, error.code == .rejected, error.message.contains("lease not found") else { break }
@@ -167,14 +167,14 @@ final class EtcdLink: Sendable {
     }
 
     /// Expires `key` as of its write at `modRevision`, unless another front did or it was written again.
-    func expire(_ key: String, modRevision: UInt64, expiresAtMilliseconds: UInt64, nowMilliseconds: UInt64) {
+    func expire(_ key: String, modRevision: UInt64, nowMilliseconds: UInt64) {
         run(token: nil) { [self] () async -> EtcdLinkEvent? in
             do throws(EtcdError) {
                 _ = try await client.txn(EtcdWritePlan.expiry(of: key, modRevision: modRevision, nowMilliseconds: nowMilliseconds,
                                                               layout: layout), idempotent: true)
                 return nil
             } catch {
-                return .expiryNotSent(key: key, modRevision: modRevision, expiresAtMilliseconds: expiresAtMilliseconds)
+                return .expiryNotSent(key: key, modRevision: modRevision)
             }
         }
     }

@@ -9,17 +9,23 @@ import Foundation
 /// existing, the write id not applied yet), and on success writes the keys, the commit clock and
 /// the write id; on failure it reads the write id and each key, so that the answer can say which
 /// rule failed, or that the write was applied before (a retry). So it may be sent again, through
-/// any front: it is applied at most once.
+/// any front: it is applied at most once. A write its client sent without a write id gets one of
+/// the front's, so that the front itself can send it again when a connection to etcd closes
+/// under it.
 struct EtcdWritePlan {
     let ops: [WriteOp]
+    /// The write id in etcd: the client's, in its namespace, or one the front made.
     let writeID: [UInt8]
+    /// Whether ``writeID`` is the client's: a write found applied is then a client's retry.
+    let isClientsWriteID: Bool
     let layout: EtcdLayout
 
     /// What etcd's answer means for the client.
     enum Outcome {
         /// Applied at `revision`: the keys' versions after it, in operation order.
         case applied(revision: UInt64, versions: [UInt64])
-        /// Applied before, at `revision` (the write id was found).
+        /// Applied before, at `revision` (the write id was found): by the client's earlier try, or
+        /// — with a write id of the front's — by the front's own.
         case replayed(revision: UInt64)
         /// A rule failed; nothing was applied.
         case refused(Refusal)
@@ -30,6 +36,7 @@ struct EtcdWritePlan {
     ///   - ops: the operations, with their sessions already in their writer's namespace.
     /// - Throws: `INVALID_ARGUMENT` for a key twice in one transaction (etcd applies each key at
     ///   most once per transaction).
+    /// - Parameter writeID: the client's write id in its namespace; empty: the front makes one.
     init(ops: [WriteOp], writeID: [UInt8], layout: EtcdLayout) throws(Refusal) {
         var seen = Set<String>()
         for (index, op) in ops.enumerated() {
@@ -39,7 +46,9 @@ struct EtcdWritePlan {
             }
         }
         self.ops = ops
-        self.writeID = writeID
+        isClientsWriteID = !writeID.isEmpty
+        // A leading 0 byte: never a client's (those start with the peer's name).
+        self.writeID = writeID.isEmpty ? [0] + (0..<16).map { _ in UInt8.random(in: 0...255) } : writeID
         self.layout = layout
     }
 
@@ -56,15 +65,13 @@ struct EtcdWritePlan {
     /// `writeIDLease`, a key bound to a session on that session's lease in `sessionLeases`.
     func request(nowMilliseconds now: UInt64, writeIDLease: Int64, sessionLeases: [[UInt8]: Int64] = [:]) -> Etcdserverpb_TxnRequest {
         var txn = Etcdserverpb_TxnRequest()
-        if !writeID.isEmpty {
-            txn.compare.append(.with {
-                $0.key = layout.writeIDKey(writeID)
-                $0.target = .create
-                $0.result = .equal
-                $0.createRevision = 0
-            })
-            txn.failure.append(.with { $0.requestRange = .with { $0.key = layout.writeIDKey(writeID) } })
-        }
+        txn.compare.append(.with {
+            $0.key = layout.writeIDKey(writeID)
+            $0.target = .create
+            $0.result = .equal
+            $0.createRevision = 0
+        })
+        txn.failure.append(.with { $0.requestRange = .with { $0.key = layout.writeIDKey(writeID) } })
         for op in ops {
             let key = layout.dataKey(op.key)
             func compareVersion(_ result: Etcdserverpb_Compare.CompareResult, _ version: UInt64) {
@@ -101,14 +108,12 @@ struct EtcdWritePlan {
                 $0.value = EtcdLayout.clockValue(milliseconds: now, isExpiry: false)
             }
         })
-        if !writeID.isEmpty {
-            txn.success.append(.with {
-                $0.requestPut = .with {
-                    $0.key = layout.writeIDKey(writeID)
-                    $0.lease = writeIDLease
-                }
-            })
-        }
+        txn.success.append(.with {
+            $0.requestPut = .with {
+                $0.key = layout.writeIDKey(writeID)
+                $0.lease = writeIDLease
+            }
+        })
         return txn
     }
 
@@ -141,10 +146,8 @@ struct EtcdWritePlan {
             return .applied(revision: revision, versions: versions)
         }
         var reads = response.responses[...]
-        if !writeID.isEmpty {
-            if let applied = reads.popFirst()?.responseRange.kvs.first {
-                return .replayed(revision: UInt64(max(applied.createRevision, 0)))
-            }
+        if let applied = reads.popFirst()?.responseRange.kvs.first {
+            return .replayed(revision: UInt64(max(applied.createRevision, 0)))
         }
         for (index, op) in ops.enumerated() {
             let version = UInt64(max(reads.popFirst()?.responseRange.kvs.first?.version ?? 0, 0))

@@ -3,8 +3,10 @@ import BeaconProtocol
 /// A relay's request order per connection. A write it forwards is answered by the upstream later;
 /// whatever the same connection sends after it — a read that must see it, a write that must not
 /// be applied before it — waits until every forwarded request of that connection is answered,
-/// then is handed back in order. Forwarded writes pipeline behind each other (the upstream
-/// answers one connection in order). What waits is bounded in bytes per connection.
+/// then is handed back in order. Forwarded writes pipeline behind each other when the one they
+/// go to applies them in order (a relay's upstream answers one connection in order); otherwise
+/// (an etcd front's concurrent transactions) a write waits for the one before it too. What waits
+/// is bounded in bytes per connection.
 ///
 /// A value: no sockets, no clock; the relay asks it and acts.
 struct ForwardingOrder<Request> {
@@ -33,6 +35,12 @@ struct ForwardingOrder<Request> {
     private var due: Set<RoutingID> = []
     /// The connection being handed back.
     private var handingBack: RoutingID?
+    /// Whether a forwarded request may go while an earlier one of its connection is unanswered.
+    let pipelinesForwarded: Bool
+
+    init(pipelinesForwarded: Bool = true) {
+        self.pipelinesForwarded = pipelinesForwarded
+    }
 
     /// Requests waiting, over all connections.
     var waitingCount: Int { waiting.values.reduce(0) { $0 + $1.requests.count } }
@@ -45,7 +53,7 @@ struct ForwardingOrder<Request> {
         let inFlight = unanswered[connection] ?? 0
         let queued = !handedBack && waiting[connection] != nil
         guard inFlight > 0 || queued else { return .now }
-        if !queued && isForwarded { return .now }  // writes pipeline behind writes
+        if !queued && isForwarded && pipelinesForwarded { return .now }  // writes pipeline behind writes
         let size = bytes()
         let held = (waiting[connection]?.bytes ?? 0) + size
         guard held <= boundBytes else {
@@ -74,7 +82,8 @@ struct ForwardingOrder<Request> {
     }
 
     /// The next waiting request whose turn has come, in its connection's order: until a request
-    /// that is not forwarded meets forwarded ones of its connection still unanswered.
+    /// that must wait (one not forwarded, or any without pipelining) meets forwarded ones of its
+    /// connection still unanswered.
     mutating func nextToHandBack() -> Request? {
         while true {
             if handingBack == nil {
@@ -83,7 +92,7 @@ struct ForwardingOrder<Request> {
             }
             let connection = handingBack!
             guard let next = waiting[connection]?.requests.first,
-                  next.isForwarded || (unanswered[connection] ?? 0) == 0 else {
+                  (next.isForwarded && pipelinesForwarded) || (unanswered[connection] ?? 0) == 0 else {
                 handingBack = nil
                 continue
             }
