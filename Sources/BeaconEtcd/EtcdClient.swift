@@ -177,7 +177,8 @@ package final class EtcdClient: Sendable {
     }
 
     /// Sends `body` to the preferred member, and on to the next while they cannot answer (for
-    /// an idempotent call); remembers the one that answered.
+    /// an idempotent call: each member once, and the first again, on a new connection if its
+    /// last one closed); remembers the one that answered.
     private func call<Response: Sendable>(
         _ what: String, idempotent: Bool,
         _ body: @Sendable (GRPCClient<Transport>, CallOptions) async throws -> Response
@@ -187,9 +188,13 @@ package final class EtcdClient: Sendable {
         options.timeout = callTimeout
         let first = preferred.withLock { $0 }
         var failures: [String] = []
-        for attempt in 0..<members.count {
+        for attempt in 0...members.count {
             let index = (first + attempt) % members.count
             let member = members[index]
+            if attempt == members.count {
+                // The first member again: give a connection that just closed a moment to reopen.
+                try? await Task.sleep(for: .milliseconds(100))
+            }
             do {
                 let response = try await body(member.grpc, options)
                 preferred.withLock { $0 = index }

@@ -93,23 +93,28 @@ struct EtcdBench: ParsableCommand {
         let failures = Locked(0)
         let deadline = now() + UInt64(seconds * 1e9)
         let started = now()
-        DispatchQueue.concurrentPerform(iterations: writers) { writer in
-            guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return failures.withLock { $0 += 1 } }
-            var latencies: [Double] = []
-            var index = 0
-            let value = Beacon_V1_Value.with { $0.stringValue = String(repeating: "v", count: 64) }
-            while now() < deadline {
-                let begin = now()
-                do {
-                    _ = try client.put("bench.w\(writer).\(index % 1000)", value, writeID: Array("w\(writer)-\(index)".utf8))
-                    latencies.append(Double(now() - begin) / 1000)
-                } catch {
-                    failures.withLock { $0 += 1 }
+        // A thread per writer (concurrentPerform would run only as many as there are CPUs).
+        let threads = (0..<writers).map { writer in
+            Thread {
+                guard let client = try? WireClient(runtimeDirectory: runtimeDirectory) else { return failures.withLock { $0 += 1 } }
+                var latencies: [Double] = []
+                var index = 0
+                let value = Beacon_V1_Value.with { $0.stringValue = String(repeating: "v", count: 64) }
+                while now() < deadline {
+                    let begin = now()
+                    do {
+                        _ = try client.put("bench.w\(writer).\(index % 1000)", value, writeID: Array("w\(writer)-\(index)".utf8))
+                        latencies.append(Double(now() - begin) / 1000)
+                    } catch {
+                        failures.withLock { $0 += 1 }
+                    }
+                    index += 1
                 }
-                index += 1
+                results.withLock { $0.append(latencies) }
             }
-            results.withLock { $0.append(latencies) }
         }
+        threads.forEach { $0.start() }
+        while results.withLock({ $0.count }) + failures.withLock({ $0 }) < writers && now() < deadline + 30_000_000_000 { usleep(10_000) }
         let elapsed = Double(now() - started) / 1e9
         let all = results.withLock { $0.flatMap { $0 } }.sorted()
         if failures.withLock({ $0 }) > 0 { print("  (\(failures.withLock { $0 }) writes through the front failed)") }
@@ -135,7 +140,7 @@ struct EtcdBench: ParsableCommand {
                             let put = Etcdserverpb_TxnRequest.with {
                                 $0.success = [.with { $0.requestPut = .with { $0.key = Data("direct/w\(writer).\(index % 1000)".utf8); $0.value = value } }]
                             }
-                            if (try? await client.txn(put, idempotent: false)) != nil {
+                            if (try? await client.txn(put, idempotent: true)) != nil {  // sent again when a connection closes, as a front does
                                 latencies.append(Double((ContinuousClock.now - begin) / .microseconds(1)))
                             } else {
                                 failures.withLock { $0 += 1 }
@@ -185,23 +190,31 @@ struct EtcdBench: ParsableCommand {
         }
         return try blocking {
             let seen = AsyncStream<Int64>.makeStream()
+            // A watch that ends (its connection closed) is opened again after the last revision seen.
+            let next = Locked(try await watcher.range(.with { $0.key = Data("raw/".utf8) }).header.revision + 1)
             let watch = Task {
-                try? await watcher.watch(prefix: Array("raw/".utf8), from: 0) { update in
-                    if case .events(let events, _) = update { for event in events { seen.continuation.yield(event.kv.modRevision) } }
-                    return true
+                while !Task.isCancelled {
+                    try? await watcher.watch(prefix: Array("raw/".utf8), from: next.withLock { $0 }) { update in
+                        guard case .events(let events, _) = update else { return true }
+                        for event in events {
+                            next.withLock { $0 = event.kv.modRevision + 1 }
+                            seen.continuation.yield(event.kv.modRevision)
+                        }
+                        return true
+                    }
                 }
             }
             defer { watch.cancel() }
             // The watch is in place once a first put arrives through it.
             var events = seen.stream.makeAsyncIterator()
             let first = try await writer.txn(.with { $0.success = [.with { $0.requestPut = .with { $0.key = Data("raw/k".utf8) } }] },
-                                             idempotent: false).header.revision
+                                             idempotent: true).header.revision
             while let revision = await events.next(), revision < first {}
             var latencies: [Double] = []
             for _ in 0..<samples {
                 let begin = ContinuousClock.now
                 let revision = try await writer.txn(.with { $0.success = [.with { $0.requestPut = .with { $0.key = Data("raw/k".utf8) } }] },
-                                                    idempotent: false).header.revision
+                                                    idempotent: true).header.revision
                 while let seenRevision = await events.next(), seenRevision < revision {}
                 latencies.append(Double((ContinuousClock.now - begin) / .microseconds(1)))
             }
