@@ -72,9 +72,10 @@ test: deps
 # The whole suite built with ThreadSanitizer in its own build folder; a race in the test process
 # or in a beacond it starts stops that process with an error. One test at a time: instrumented
 # processes run several times slower, and side by side on two cores they starve each other
-# into timeouts.
+# into timeouts. scripts/tsan-suppressions.txt says which reports are not races.
 test-race: deps
-	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
+	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/scripts/tsan-suppressions.txt" \
+	  $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
 
 # The reactive core's reference-model test on 100,000 random graphs (6,000,000 steps; `make test`
 # runs 1,000). SOAK_BASE picks another range of seeds.

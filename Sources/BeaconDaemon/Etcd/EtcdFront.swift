@@ -289,7 +289,7 @@ final class EtcdFront: WriteAuthority {
                 guard reachable else { throw unreachable() }
                 work = .keepAlive(session: context.owned(Array(keepAlive.session)), ttlMilliseconds: UInt64(keepAlive.ttlMs))
                 return send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work,
-                                       clientWriteID: clientWriteID), host: host)
+                                    clientWriteID: clientWriteID), host: host)
             }
             var (ops, writeID) = try Self.operations(of: op)
             clientWriteID = writeID
@@ -313,7 +313,7 @@ final class EtcdFront: WriteAuthority {
             return host.refuse(request.id, error, route: route, dependsOnStaged: false)
         }
         send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work, clientWriteID: clientWriteID),
-                host: host)
+             host: host)
     }
 
     private func unreachable() -> Refusal {
