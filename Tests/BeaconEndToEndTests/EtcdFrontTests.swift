@@ -182,12 +182,8 @@ struct EtcdFrontTests {
     }
 
     @Test func aTransactionWrittenAtOneFrontIsSeenWholeByAComputedAtTheOther() async throws {
-        let cluster = try await FrontedCluster()
+        let cluster = try await startTwoFronts()
         defer { cluster.shutDown() }
-        try cluster.start("a")
-        try cluster.start("b")
-        try cluster.waitUntilReachable("a")
-        try cluster.waitUntilReachable("b")
 
         let test = try TestClient(runtimeDirectory: cluster.front("b").runtimeDirectory)
         defer { test.client.close() }
@@ -241,12 +237,8 @@ struct EtcdFrontTests {
     }
 
     @Test func aClientMovedFromOneFrontToTheOtherResumesByDelta() async throws {
-        let cluster = try await FrontedCluster()
+        let cluster = try await startTwoFronts()
         defer { cluster.shutDown() }
-        try cluster.start("a")
-        try cluster.start("b")
-        try cluster.waitUntilReachable("a")
-        try cluster.waitUntilReachable("b")
         let atA = try cluster.client("a"), atB = try cluster.client("b")
         for index in 0..<10 { _ = try atA.put("m.\(index)", value(Int64(index))) }
         let bookmark = try atA.snapshot(prefix: "m.")
@@ -284,12 +276,8 @@ struct EtcdFrontTests {
     }
 
     @Test func aKeysTimeToLiveEndsItInOneExpiryThatEveryFrontJournals() async throws {
-        let cluster = try await FrontedCluster()
+        let cluster = try await startTwoFronts()
         defer { cluster.shutDown() }
-        try cluster.start("a")
-        try cluster.start("b")
-        try cluster.waitUntilReachable("a")
-        try cluster.waitUntilReachable("b")
         let atA = try cluster.client("a"), atB = try cluster.client("b")
         let written = try atA.put("x.brief", value(1), ttlMilliseconds: 300)
         _ = try atB.put("x.kept", value(2))
@@ -308,12 +296,8 @@ struct EtcdFrontTests {
     }
 
     @Test func aSessionsKeysEndInOneRevisionWhenItsKeepAlivesStopAtWhicheverFront() async throws {
-        let cluster = try await FrontedCluster()
+        let cluster = try await startTwoFronts()
         defer { cluster.shutDown() }
-        try cluster.start("a")
-        try cluster.start("b")
-        try cluster.waitUntilReachable("a")
-        try cluster.waitUntilReachable("b")
         let atA = try cluster.client("a"), atB = try cluster.client("b")
         let session = Array("writer-1".utf8)
         #expect(try atA.keepAlive(session: session, ttlMilliseconds: 2_000).keys == 0)
@@ -412,12 +396,8 @@ struct EtcdFrontFaultTests {
     }
 
     @Test func aFrontKilledAndRestartedPastEtcdsCompactionTakesTheClustersStateAnew() async throws {
-        let cluster = try await FrontedCluster(ownCluster: true)
+        let cluster = try await startTwoFronts(ownCluster: true)
         defer { cluster.shutDown() }
-        try cluster.start("a")
-        try cluster.start("b")
-        try cluster.waitUntilReachable("a")
-        try cluster.waitUntilReachable("b")
         let atA = try cluster.client("a")
         for index in 0..<10 { _ = try atA.put("c.\(index)", value(Int64(index))) }
         try cluster.waitUntilEveryFrontHolds(try atA.ping().headRevision)

@@ -29,58 +29,54 @@ struct EtcdEndpointTests {
     }
 }
 
+private func put(_ key: String, _ value: String, lease: Int64 = 0) -> Etcdserverpb_RequestOp {
+    .with { $0.requestPut = .with { $0.key = Data(key.utf8); $0.value = Data(value.utf8); $0.lease = lease } }
+}
+
+/// A transaction that creates `key` only if it does not exist.
+private func create(_ key: String, _ value: String) -> Etcdserverpb_TxnRequest {
+    .with {
+        $0.compare = [.with { $0.key = Data(key.utf8); $0.target = .create; $0.result = .equal; $0.createRevision = 0 }]
+        $0.success = [put(key, value)]
+    }
+}
+
+/// What `call` threw; nil when it returned.
+private func outcome(_ call: () async throws(EtcdError) -> Void) async -> EtcdError? {
+    do {
+        try await call()
+        return nil
+    } catch {
+        return error
+    }
+}
+
+/// Calls `call` again while it fails with `.unavailable` (an election, a member restarting),
+/// for 30 s at most.
+private func untilAnswered<Response>(_ call: () async throws(EtcdError) -> Response) async throws -> Response {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while true {
+        let result: Result<Response, EtcdError>
+        do {
+            result = .success(try await call())
+        } catch {
+            result = .failure(error)
+        }
+        switch result {
+        case .success(let response):
+            return response
+        case .failure(let error) where error.code == .unavailable && ContinuousClock.now < deadline:
+            try await Task.sleep(for: .milliseconds(20))
+        case .failure(let error):
+            throw error
+        }
+    }
+}
+
 /// The client against a real three-member cluster: calls, watches and leases, on the cluster the
 /// tests share, each under a prefix of its own.
 @Suite("etcd client", .offThePool, .timeLimit(.minutes(3)))
 struct EtcdClientTests {
-    private func put(_ key: String, _ value: String, lease: Int64 = 0) -> Etcdserverpb_RequestOp {
-        .with { $0.requestPut = .with { $0.key = Data(key.utf8); $0.value = Data(value.utf8); $0.lease = lease } }
-    }
-
-    /// A transaction that creates `key` only if it does not exist.
-    private func create(_ key: String, _ value: String) -> Etcdserverpb_TxnRequest {
-        .with {
-            $0.compare = [.with { $0.key = Data(key.utf8); $0.target = .create; $0.result = .equal; $0.createRevision = 0 }]
-            $0.success = [put(key, value)]
-        }
-    }
-
-    private func read(_ client: EtcdClient, _ key: String) async throws -> Etcdserverpb_KeyValue? {
-        try await client.range(.with { $0.key = Data(key.utf8) }).kvs.first
-    }
-
-    /// What `call` threw; nil when it returned.
-    private static func outcome(_ call: () async throws(EtcdError) -> Void) async -> EtcdError? {
-        do {
-            try await call()
-            return nil
-        } catch {
-            return error
-        }
-    }
-
-    /// Calls `call` again while it fails with `.unavailable` (an election, a member restarting),
-    /// for 30 s at most.
-    private func untilAnswered<Response>(_ call: () async throws(EtcdError) -> Response) async throws -> Response {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while true {
-            let result: Result<Response, EtcdError>
-            do {
-                result = .success(try await call())
-            } catch {
-                result = .failure(error)
-            }
-            switch result {
-            case .success(let response):
-                return response
-            case .failure(let error) where error.code == .unavailable && ContinuousClock.now < deadline:
-                try await Task.sleep(for: .milliseconds(20))
-            case .failure(let error):
-                throw error
-            }
-        }
-    }
-
     @Test func aTransactionIsOneRevisionAndItsCompareDecides() async throws {
         let cluster = try await EtcdCluster.shared()
         let p = EtcdCluster.uniquePrefix("client")
@@ -202,54 +198,6 @@ struct EtcdClientTests {
 /// a cluster each, one test at a time.
 @Suite("etcd client under faults", .serialized, .offThePool, .timeLimit(.minutes(3)))
 struct EtcdClientFaultTests {
-    private func put(_ key: String, _ value: String, lease: Int64 = 0) -> Etcdserverpb_RequestOp {
-        .with { $0.requestPut = .with { $0.key = Data(key.utf8); $0.value = Data(value.utf8); $0.lease = lease } }
-    }
-
-    /// A transaction that creates `key` only if it does not exist.
-    private func create(_ key: String, _ value: String) -> Etcdserverpb_TxnRequest {
-        .with {
-            $0.compare = [.with { $0.key = Data(key.utf8); $0.target = .create; $0.result = .equal; $0.createRevision = 0 }]
-            $0.success = [put(key, value)]
-        }
-    }
-
-    private func read(_ client: EtcdClient, _ key: String) async throws -> Etcdserverpb_KeyValue? {
-        try await client.range(.with { $0.key = Data(key.utf8) }).kvs.first
-    }
-
-    /// What `call` threw; nil when it returned.
-    private static func outcome(_ call: () async throws(EtcdError) -> Void) async -> EtcdError? {
-        do {
-            try await call()
-            return nil
-        } catch {
-            return error
-        }
-    }
-
-    /// Calls `call` again while it fails with `.unavailable` (an election, a member restarting),
-    /// for 30 s at most.
-    private func untilAnswered<Response>(_ call: () async throws(EtcdError) -> Response) async throws -> Response {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while true {
-            let result: Result<Response, EtcdError>
-            do {
-                result = .success(try await call())
-            } catch {
-                result = .failure(error)
-            }
-            switch result {
-            case .success(let response):
-                return response
-            case .failure(let error) where error.code == .unavailable && ContinuousClock.now < deadline:
-                try await Task.sleep(for: .milliseconds(20))
-            case .failure(let error):
-                throw error
-            }
-        }
-    }
-
     @Test func aWatchFromACompactedRevisionSaysWhereHistoryBegins() async throws {
         let cluster = try await EtcdCluster()
         defer { cluster.shutDown() }
@@ -337,7 +285,7 @@ struct EtcdClientFaultTests {
         // The first watch may go to the frozen member: it ends within three progress intervals.
         var outcomes: [EtcdError?] = []
         for _ in 0..<cluster.size {
-            outcomes.append(await Self.outcome { () async throws(EtcdError) in
+            outcomes.append(await outcome { () async throws(EtcdError) in
                 try await client.watch(prefix: Array("f/".utf8), from: start, progressInterval: .milliseconds(200)) { update in
                     if case .events = update { return false }
                     return true
