@@ -13,25 +13,25 @@ import GRPCProtobuf
 /// (`txn`, `leaseRevoke`, …) is tried on one member only unless the caller says it is safe to
 /// repeat (`idempotent`): its error then says it may have been applied.
 ///
-/// Thread-safe. Owns a connection per member, on NIO's shared event loop threads; ``close()``
-/// ends them.
+/// Thread-safe. Owns its connections to every member, on NIO's shared event loop threads;
+/// ``close()`` ends them.
 package final class EtcdClient: Sendable {
     package typealias Transport = HTTP2ClientTransport.Posix
 
-    /// One member: a connection for calls, and one for watches. A connection can be closed under
-    /// load by swift-nio-http2's limit on control frames (200 in 30 s), which etcd's gRPC server
-    /// passes by pinging once per burst of requests (its window estimation); the watch then
-    /// keeps its own, quiet, connection.
+    /// One member: connections for calls, replaced as etcd's pings would close them (see
+    /// ``RotatingConnection``), and one for watches, whose requests are few (a progress request
+    /// per interval).
     private struct Member: Sendable {
         let endpoint: EtcdEndpoint
-        let grpc: GRPCClient<Transport>
+        let calls: RotatingConnection
         let streams: GRPCClient<Transport>
     }
 
     private let members: [Member]
     /// The member tried first: the last one that answered.
     private let preferred = Locked(0)
-    private let connections: Locked<[Task<Void, Never>]?>
+    /// The tasks running the watch connections; nil once closed.
+    private let streamConnections: Locked<[Task<Void, Never>]?>
     /// How long one member has to answer one call.
     package let callTimeout: Duration
 
@@ -49,24 +49,23 @@ package final class EtcdClient: Sendable {
         var members: [Member] = []
         do {
             for endpoint in endpoints {
-                let target: any ResolvableTarget = switch endpoint.address {
-                case .tcp(let host, let port): .dns(host: host, port: port)
-                case .unixSocket(let path): .unixDomainSocket(path: path)
-                }
-                func connection() throws -> GRPCClient<Transport> {
-                    GRPCClient(transport: try Transport(target: target, transportSecurity: Self.security(endpoint, tls),
+                let security = Self.security(endpoint, tls)
+                @Sendable func connection() throws -> GRPCClient<Transport> {
+                    let target: any ResolvableTarget = switch endpoint.address {
+                    case .tcp(let host, let port): .dns(host: host, port: port)
+                    case .unixSocket(let path): .unixDomainSocket(path: path)
+                    }
+                    return GRPCClient(transport: try Transport(target: target, transportSecurity: security,
                                                         config: .defaults { $0.backoff.max = .seconds(1) }))
                 }
-                members.append(Member(endpoint: endpoint, grpc: try connection(), streams: try connection()))
+                members.append(Member(endpoint: endpoint, calls: try RotatingConnection(open: connection), streams: try connection()))
             }
         } catch {
             throw EtcdError(.invalidConfiguration, "cannot set up the etcd client: \(error)")
         }
         self.members = members
         self.callTimeout = callTimeout
-        connections = Locked(members.flatMap { member in
-            [Task { try? await member.grpc.runConnections() }, Task { try? await member.streams.runConnections() }]
-        })
+        streamConnections = Locked(members.map { member in Task { try? await member.streams.runConnections() } })
     }
 
     private static func security(_ endpoint: EtcdEndpoint, _ files: EtcdTLSFiles) -> Transport.TransportSecurity {
@@ -85,9 +84,9 @@ package final class EtcdClient: Sendable {
 
     /// Ends every connection; later calls fail with `.closed`. Idempotent.
     package func close() {
-        guard let tasks = connections.withLock({ tasks in defer { tasks = nil }; return tasks }) else { return }
+        guard let tasks = streamConnections.withLock({ tasks in defer { tasks = nil }; return tasks }) else { return }
         for member in members {
-            member.grpc.beginGracefulShutdown()
+            member.calls.close()
             member.streams.beginGracefulShutdown()
         }
         for task in tasks { task.cancel() }
@@ -183,7 +182,6 @@ package final class EtcdClient: Sendable {
         _ what: String, idempotent: Bool,
         _ body: @Sendable (GRPCClient<Transport>, CallOptions) async throws -> Response
     ) async throws(EtcdError) -> Response {
-        guard connections.withLock({ $0 != nil }) else { throw EtcdError(.closed, "the etcd client was closed") }
         var options = CallOptions.defaults
         options.timeout = callTimeout
         let first = preferred.withLock { $0 }
@@ -196,7 +194,9 @@ package final class EtcdClient: Sendable {
                 try? await Task.sleep(for: .milliseconds(100))
             }
             do {
-                let response = try await body(member.grpc, options)
+                guard let response = try await member.calls.withClient({ try await body($0, options) }) else {
+                    throw EtcdError(.closed, "the etcd client was closed")
+                }
                 preferred.withLock { $0 = index }
                 return response
             } catch {
@@ -214,7 +214,7 @@ package final class EtcdClient: Sendable {
 
     /// The member a stream goes to, and its index; nil once closed.
     func watchMember() -> (Int, GRPCClient<Transport>)? {
-        guard connections.withLock({ $0 != nil }) else { return nil }
+        guard streamConnections.withLock({ $0 != nil }) else { return nil }
         let index = preferred.withLock { $0 }
         return (index, members[index].streams)
     }

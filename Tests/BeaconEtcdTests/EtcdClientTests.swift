@@ -135,6 +135,29 @@ struct EtcdClientTests {
         #expect(events.withLock { $0 } == 800, "the watch beside them saw every change")
     }
 
+    /// etcd's gRPC server pings once per burst of requests it receives (to size its window), and
+    /// swift-nio-http2 closes a connection whose peer sends more than 200 control frames in 30 s:
+    /// one call at a time, each its own burst, must still never lose a call's answer.
+    @Test func manyCallsOneAfterAnotherNeverLoseAnAnswer() async throws {
+        let cluster = try await EtcdCluster.shared()
+        let p = EtcdCluster.uniquePrefix("client")
+        let client = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: cluster.endpointList), callTimeout: .seconds(20))
+        defer { client.close() }
+        var failures: [String] = []
+        for index in 0..<600 {
+            do {
+                _ = try await client.txn(.with { $0.success = [put("\(p)s/\(index)", "v")] }, idempotent: false)
+            } catch {
+                failures.append("\(index): \(error)")
+            }
+        }
+        #expect(failures.isEmpty, "\(failures.count) failed: \(failures.prefix(3))")
+        let stored = try await client.range(.with {
+            $0.key = Data("\(p)s/".utf8); $0.rangeEnd = Data(EtcdClient.rangeEnd(ofPrefix: Array("\(p)s/".utf8))); $0.countOnly = true
+        })
+        #expect(stored.count == 600)
+    }
+
     @Test func aWatchDeliversWholeRevisionsInOrderFromItsStart() async throws {
         let cluster = try await EtcdCluster.shared()
         let p = EtcdCluster.uniquePrefix("client")
