@@ -126,7 +126,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     /// How an etcd front reaches its cluster (`etcd_endpoints`, `etcd_prefix`, `etcd_cert`,
     /// `etcd_key`, `etcd_ca`).
     public struct EtcdSettings: Sendable, Equatable {
-        /// The members' client URLs: `http://HOST:PORT`, `https://HOST:PORT` or `unix://PATH`.
+        /// The members' client URLs: `http://HOST:PORT`, `https://HOST:PORT`, `unix://PATH` or `unixs://PATH`.
         public var endpoints: [String]
         /// The part of etcd's key space the fronts own (`etcd_prefix`, default `beacon/`).
         public var prefix = "beacon/"

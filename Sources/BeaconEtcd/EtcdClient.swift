@@ -68,16 +68,26 @@ package final class EtcdClient: Sendable {
         streamConnections = Locked(members.map { member in Task { try? await member.streams.runConnections() } })
     }
 
+    /// TLS for a secure endpoint: the member's certificate checked against the authority (and,
+    /// over tcp, against the host's name; a Unix socket has none, its path names the member).
     private static func security(_ endpoint: EtcdEndpoint, _ files: EtcdTLSFiles) -> Transport.TransportSecurity {
         guard endpoint.isSecure else { return .plaintext }
         let roots: TLSConfig.TrustRootsSource = files.authorityPath.map { .certificates([.file(path: $0, format: .pem)]) }
             ?? .systemDefault
+        let verification: TLSConfig.CertificateVerification = switch endpoint.address {
+        case .tcp: .fullVerification
+        case .unixSocket: .noHostnameVerification
+        }
         if let certificate = files.certificatePath, let key = files.keyPath {
             return .mTLS(certificateChain: [.file(path: certificate, format: .pem)], privateKey: .file(path: key, format: .pem)) {
                 $0.trustRoots = roots
+                $0.serverCertificateVerification = verification
             }
         }
-        return .tls { $0.trustRoots = roots }
+        return .tls {
+            $0.trustRoots = roots
+            $0.serverCertificateVerification = verification
+        }
     }
 
     deinit { close() }

@@ -1,8 +1,8 @@
 import Foundation
 
 /// Where one etcd member takes client requests: `http://HOST:PORT`, `https://HOST:PORT` or a
-/// Unix socket, `unix://PATH` (an absolute path, or one relative to the working directory as
-/// etcd's own `unix://NAME:PORT` listeners are).
+/// Unix socket, `unix://PATH` or, with TLS, `unixs://PATH` (an absolute path, or one relative to
+/// the working directory as etcd's own `unix://NAME:PORT` listeners are).
 package struct EtcdEndpoint: Sendable, Hashable, CustomStringConvertible {
     package enum Address: Sendable, Hashable {
         case tcp(host: String, port: Int)
@@ -10,7 +10,7 @@ package struct EtcdEndpoint: Sendable, Hashable, CustomStringConvertible {
     }
 
     package let address: Address
-    /// Whether the member expects TLS (`https://`).
+    /// Whether the member expects TLS (`https://`, `unixs://`).
     package let isSecure: Bool
     /// The endpoint as it was written.
     package let description: String
@@ -20,13 +20,13 @@ package struct EtcdEndpoint: Sendable, Hashable, CustomStringConvertible {
     package init(parsing text: String) throws(EtcdError) {
         description = text
         func invalid(_ why: String) -> EtcdError {
-            EtcdError(.invalidConfiguration, "etcd endpoint '\(text)': \(why) (expected http://HOST:PORT, https://HOST:PORT or unix://PATH)")
+            EtcdError(.invalidConfiguration, "etcd endpoint '\(text)': \(why) (expected http://HOST:PORT, https://HOST:PORT, unix://PATH or unixs://PATH)")
         }
-        if text.hasPrefix("unix://") {
-            let path = String(text.dropFirst("unix://".count))
+        for (scheme, secure) in [("unix://", false), ("unixs://", true)] where text.hasPrefix(scheme) {
+            let path = String(text.dropFirst(scheme.count))
             guard !path.isEmpty else { throw invalid("no socket path") }
             address = .unixSocket(path: path)
-            isSecure = false
+            isSecure = secure
             return
         }
         let rest: Substring
@@ -64,7 +64,7 @@ package struct EtcdEndpoint: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// The files of a client certificate for a cluster that requires one, and the authority that
-/// signed its members' certificates (PEM). Used for `https://` endpoints.
+/// signed its members' certificates (PEM). Used for `https://` and `unixs://` endpoints.
 package struct EtcdTLSFiles: Sendable, Hashable {
     /// The client's certificate chain; nil for a cluster that does not ask for one.
     package var certificatePath: String?

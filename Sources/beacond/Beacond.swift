@@ -70,7 +70,7 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Carry only the keys under this prefix; repeat for several (default: every key).", valueName: "prefix"))
     var upstreamPrefix: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Run as a front of the etcd cluster with these client URLs (http://HOST:PORT, https://HOST:PORT or unix://PATH, comma-separated): etcd decides every write.", valueName: "urls"))
+    @Option(name: .long, help: ArgumentHelp("Run as a front of the etcd cluster with these client URLs (http://HOST:PORT, https://HOST:PORT, unix://PATH or unixs://PATH, comma-separated): etcd decides every write.", valueName: "urls"))
     var etcdEndpoints: String?
 
     @Option(name: .long, help: ArgumentHelp("The part of etcd's key space the fronts own (default: beacon/).", valueName: "prefix"))

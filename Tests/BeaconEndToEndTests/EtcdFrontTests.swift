@@ -18,11 +18,11 @@ private final class FrontedCluster {
     private var fronts: [String: DaemonProcess] = [:]
 
     /// On the cluster the tests share, under a prefix of its own; or (`ownCluster`) on a cluster of
-    /// its own, for a test that stops members or compacts.
-    init(ownCluster: Bool = false) async throws {
-        isShared = !ownCluster
-        etcd = ownCluster ? try await EtcdCluster() : try await EtcdCluster.shared()
-        prefix = ownCluster ? "beacon/" : EtcdCluster.uniquePrefix("front")
+    /// its own, for a test that stops members or compacts, or (`secured`) needs TLS.
+    init(ownCluster: Bool = false, secured: Bool = false) async throws {
+        isShared = !ownCluster && !secured
+        etcd = isShared ? try await EtcdCluster.shared() : try await EtcdCluster(secured: secured)
+        prefix = isShared ? EtcdCluster.uniquePrefix("front") : "beacon/"
         directory = try temporaryDirectory()
     }
 
@@ -439,5 +439,39 @@ struct EtcdFrontFaultTests {
                 "the piling connection was not closed")
         let other = try cluster.client("a")
         #expect(try other.ping().epoch != 0, "another client is served")
+    }
+}
+
+/// A cluster that speaks TLS and asks its clients for a certificate of its authority.
+@Suite("etcd fronts of a secured cluster", .timeLimit(.minutes(3)), .offThePool)
+struct EtcdSecuredFrontTests {
+    @Test func aFrontWithTheClusterAuthoritysCertificateWritesAndOneWithoutIsRefused() async throws {
+        let cluster = try await FrontedCluster(secured: true)
+        defer { cluster.shutDown() }
+        let files = try #require(cluster.etcd.tlsFiles)
+        try cluster.start("a", extraArguments: ["--etcd-cert", files.certificatePath!, "--etcd-key", files.keyPath!,
+                                                "--etcd-ca", files.authorityPath!])
+        try cluster.waitUntilReachable("a")
+        let client = try cluster.client("a")
+        let written = try client.put("tls.k", value(1))
+        #expect(try client.get("tls.k").value.intValue == 1)
+
+        // What the front wrote is in etcd, read by a client with the certificate.
+        let etcd = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: cluster.etcd.endpointList), tls: files)
+        defer { etcd.close() }
+        let stored = try await etcd.range(.with { $0.key = Data("beacon/k/tls.k".utf8) })
+        #expect(stored.kvs.first?.modRevision == Int64(written.revision))
+
+        // Without a client certificate, or without TLS, no member answers.
+        for (endpoints, tls) in [(cluster.etcd.endpointList, EtcdTLSFiles(authorityPath: files.authorityPath)),
+                                 (cluster.etcd.endpointList.replacingOccurrences(of: "unixs://", with: "unix://"), EtcdTLSFiles())] {
+            let refused = try EtcdClient(endpoints: try EtcdEndpoint.list(parsing: endpoints), tls: tls, callTimeout: .seconds(2))
+            defer { refused.close() }
+            await #expect(throws: EtcdError.self) { try await refused.status() }
+        }
+        try cluster.start("b", extraArguments: ["--etcd-ca", files.authorityPath!])
+        let b = try cluster.client("b")
+        #expect(throws: (any Error).self) { try b.put("tls.b", value(2), timeoutMilliseconds: 10_000) }
+        #expect(try b.ping().upstream.reachable == false)
     }
 }

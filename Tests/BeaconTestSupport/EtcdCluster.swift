@@ -10,21 +10,27 @@ import Foundation
 /// make them elect again and again.
 ///
 /// Tests that neither stop members nor compact share one cluster (``shared()``), each under
-/// a key prefix of its own (``uniquePrefix(_:)``).
+/// a key prefix of its own (``uniquePrefix(_:)``). A secured cluster (``init(size:prefix:secured:)``)
+/// speaks TLS on its client sockets and asks every client for a certificate signed by its
+/// authority (made with `openssl` for the cluster: ``tlsFiles``).
 public final class EtcdCluster: @unchecked Sendable {
     public let directory: String
     /// Where the members keep their data (on tmpfs when there is one).
     public let dataDirectory: String
     public let size: Int
+    /// A client's certificate, its key and the cluster's authority, for a secured cluster.
+    package let tlsFiles: EtcdTLSFiles?
     private var processes: [Process?]
     private let lock = NSLock()
 
     /// Starts `size` members and returns once every member has a leader.
-    /// - Throws: when etcd is missing or the cluster does not form within 60 s.
-    public init(size: Int = 3, prefix: String = "etcd") async throws {
+    /// - Parameter secured: TLS on the client sockets, and a client certificate required.
+    /// - Throws: when etcd (or, secured, openssl) is missing or the cluster does not form within 60 s.
+    public init(size: Int = 3, prefix: String = "etcd", secured: Bool = false) async throws {
         directory = try makeTestDirectory(prefix)
         dataDirectory = try Self.makeDataDirectory()
         self.size = size
+        tlsFiles = secured ? try Self.makeCertificates(in: directory) : nil
         processes = Array(repeating: nil, count: size)
         for member in 0..<size { try launch(member, existing: false) }
         try await waitUntilEveryMemberHasALeader()
@@ -65,7 +71,9 @@ public final class EtcdCluster: @unchecked Sendable {
     public var endpoints: [String] { (0..<size).map(endpoint(of:)) }
 
     /// Member `member`'s client endpoint.
-    public func endpoint(of member: Int) -> String { "unix://\(directory)/m\(member).client:1" }
+    public func endpoint(of member: Int) -> String { "\(clientScheme)://\(directory)/m\(member).client:1" }
+
+    private var clientScheme: String { tlsFiles == nil ? "unix" : "unixs" }
 
     /// Every member's client endpoint, comma-separated.
     public var endpointList: String { endpoints.joined(separator: ",") }
@@ -81,11 +89,15 @@ public final class EtcdCluster: @unchecked Sendable {
         process.arguments = [
             "--name", name(member), "--data-dir", "\(dataDirectory)/\(name(member)).data",
             "--heartbeat-interval", "100", "--election-timeout", "2000",
-            "--listen-client-urls", "unix://\(name(member)).client:1", "--advertise-client-urls", "unix://\(name(member)).client:1",
+            "--listen-client-urls", "\(clientScheme)://\(name(member)).client:1",
+            "--advertise-client-urls", "\(clientScheme)://\(name(member)).client:1",
             "--listen-peer-urls", "unix://\(name(member)).peer:1", "--initial-advertise-peer-urls", "unix://\(name(member)).peer:1",
             "--initial-cluster", cluster, "--initial-cluster-state", existing ? "existing" : "new",
             "--initial-cluster-token", "beacon-test",
-        ]
+        ] + (tlsFiles == nil ? [] : [
+            "--cert-file", "\(directory)/tls/member.pem", "--key-file", "\(directory)/tls/member.key",
+            "--trusted-ca-file", "\(directory)/tls/authority.pem", "--client-cert-auth",
+        ])
         let log = "\(directory)/\(name(member)).log"
         if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
@@ -141,7 +153,7 @@ public final class EtcdCluster: @unchecked Sendable {
             var ids: [UInt64: Int] = [:]
             var leader: UInt64 = 0
             for member in 0..<size where pid(of: member) != nil {
-                guard let status = try? await Self.status(of: endpoint(of: member)) else { continue }
+                guard let status = try? await status(of: member) else { continue }
                 ids[status.header.memberID] = member
                 if status.leader != 0 { leader = status.leader }
             }
@@ -158,7 +170,7 @@ public final class EtcdCluster: @unchecked Sendable {
         var pending = Set((0..<size).filter { pid(of: $0) != nil })
         while !pending.isEmpty {
             for member in pending {
-                if let status = try? await Self.status(of: endpoint(of: member)), status.leader != 0 { pending.remove(member) }
+                if let status = try? await status(of: member), status.leader != 0 { pending.remove(member) }
             }
             if pending.isEmpty { return }
             guard ContinuousClock.now < deadline else {
@@ -168,10 +180,44 @@ public final class EtcdCluster: @unchecked Sendable {
         }
     }
 
-    private static func status(of endpoint: String) async throws -> Etcdserverpb_StatusResponse {
-        let client = try EtcdClient(endpoints: [try EtcdEndpoint(parsing: endpoint)], callTimeout: .seconds(1))
+    private func status(of member: Int) async throws -> Etcdserverpb_StatusResponse {
+        let client = try EtcdClient(endpoints: [try EtcdEndpoint(parsing: endpoint(of: member))], tls: tlsFiles ?? EtcdTLSFiles(),
+                                    callTimeout: .seconds(1))
         defer { client.close() }
         return try await client.status()
+    }
+
+    /// An authority, a certificate for the members and one for clients (EC P-256, a day long),
+    /// made with `openssl` in `directory/tls`.
+    private static func makeCertificates(in directory: String) throws -> EtcdTLSFiles {
+        let tls = directory + "/tls"
+        try FileManager.default.createDirectory(atPath: tls, withIntermediateDirectories: true)
+        let script = """
+            set -e
+            key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+            key authority.key
+            openssl req -x509 -new -key authority.key -out authority.pem -days 1 -subj /CN=beacon-test-authority
+            for who in member client; do
+              key $who.key
+              openssl req -new -key $who.key -out $who.csr -subj /CN=beacon-test-$who
+              printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > $who.ext
+              openssl x509 -req -in $who.csr -CA authority.pem -CAkey authority.key -CAcreateserial -days 1 -extfile $who.ext -out $who.pem
+            done
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        process.currentDirectoryURL = URL(fileURLWithPath: tls)
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.runSerially()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw EtcdClusterError("openssl could not make the test certificates (exit \(process.terminationStatus)): \(text)")
+        }
+        return EtcdTLSFiles(certificatePath: tls + "/client.pem", keyPath: tls + "/client.key", authorityPath: tls + "/authority.pem")
     }
 }
 
