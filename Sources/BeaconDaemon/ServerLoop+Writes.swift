@@ -242,6 +242,8 @@ extension ServerLoop: AuthorityHost {
 
     func countAccessDenied() { stats.accessDenied += 1 }
 
+    func countQuotaExceeded() { stats.quotaExceeded += 1 }
+
     func historyReplaced(at revision: UInt64) {
         publisher.tracker.restart(at: revision)
         answerCompactionWaiters(removed: 0)  // what a compaction under way would have removed is gone

@@ -70,8 +70,12 @@ protocol AuthorityHost: AnyObject {
     func handle(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext) -> Int
     /// Closes a connection that piles `held` bytes of requests up in the daemon.
     func closeConnection(_ connection: RoutingID, pilingUp held: Int, reason: String)
+    /// How many sessions a peer may hold (`sessions_per_peer`); 0: no limit.
+    var sessionLimit: Int { get }
     /// Counts refusals made without ``refuse(_:_:route:dependsOnStaged:)``.
     func countRejected(_ count: UInt64)
+    /// Counts a refusal for a limit of the peer's (`QUOTA_EXCEEDED`), made without ``refuse(_:_:route:dependsOnStaged:)``.
+    func countQuotaExceeded()
     /// Counts a refusal for want of rights.
     func countAccessDenied()
     /// The journal's contents were replaced and loaded anew at `revision`: prefixes restart there,

@@ -324,6 +324,35 @@ struct EtcdFrontTests {
         #expect(waitUntil(seconds: 30) { (try? atB.get("s.c")) == nil })
         #expect(try atB.wholeHistory("s.c").last?.change.kind == .expire)
     }
+
+    /// `sessions_per_peer` counts a peer's sessions in etcd, whichever front started them.
+    @Test func aPeersSessionsAreBoundedAcrossFronts() async throws {
+        let cluster = try await FrontedCluster()
+        defer { cluster.shutDown() }
+        let config = cluster.directory + "/limits.conf"
+        try "allow = uid:0 read=* write=*\nsessions_per_peer = 2\n".write(toFile: config, atomically: true, encoding: .utf8)
+        for name in ["a", "b"] {
+            try cluster.start(name, extraArguments: ["--config", config])
+            try cluster.waitUntilReachable(name)
+        }
+        let atA = try cluster.client("a"), atB = try cluster.client("b")
+        func refusal(_ body: () throws -> Void) -> Beacon_V1_Error.Code? {
+            do { try body() } catch { return (error as? WireError)?.reply?.code }
+            return nil
+        }
+        _ = try atA.keepAlive(session: Array("one".utf8), ttlMilliseconds: 30_000)
+        _ = try atB.put("limit.k", value(1), session: Array("two".utf8))
+        #expect(refusal { _ = try atA.keepAlive(session: Array("three".utf8), ttlMilliseconds: 30_000) } == .quotaExceeded)
+        #expect(refusal { _ = try atB.put("limit.k", value(2), session: Array("three".utf8)) } == .quotaExceeded)
+        #expect(try atB.get("limit.k").value.intValue == 1, "a refused write changes nothing")
+        // The sessions the peer holds are renewed and written with at its limit.
+        _ = try atB.keepAlive(session: Array("one".utf8), ttlMilliseconds: 30_000)
+        _ = try atA.put("limit.k", value(3), session: Array("two".utf8))
+        #expect(try atA.stats().quotaExceeded == 1 && atB.stats().quotaExceeded == 1)
+        // One ended, another may start.
+        _ = try atA.keepAlive(session: Array("one".utf8), ttlMilliseconds: 0)
+        _ = try atB.keepAlive(session: Array("three".utf8), ttlMilliseconds: 30_000)
+    }
 }
 
 /// What each fault of the cluster leaves, under writers through both fronts: a cluster each, one

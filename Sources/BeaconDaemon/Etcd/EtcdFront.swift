@@ -187,9 +187,9 @@ final class EtcdFront: WriteAuthority {
         while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue {
             for token in sent.keys.sorted() {
                 if case .keepAlive = sent[token]?.work {
-                    answerKeepAlive(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host)
+                    answerKeepAlive(token: token, .failure(.etcd(EtcdError(.closed, "the front stopped"))), host: host)
                 } else {
-                    answer(token: token, .failure(EtcdError(.closed, "the front stopped")), host: host)
+                    answer(token: token, .failure(.etcd(EtcdError(.closed, "the front stopped"))), host: host)
                 }
             }
             for (entry, revision) in awaitingJournal.takeAll() {
@@ -331,9 +331,9 @@ final class EtcdFront: WriteAuthority {
         let now = host.writes.clock.wallMilliseconds()
         switch pending.work {
         case .write(let plan):
-            link.send(plan, token: token, nowMilliseconds: now)
+            link.send(plan, token: token, nowMilliseconds: now, sessionLimit: host.sessionLimit)
         case .keepAlive(let session, let ttl):
-            link.keepAlive(session, ttlMilliseconds: ttl, token: token, nowMilliseconds: now)
+            link.keepAlive(session, ttlMilliseconds: ttl, token: token, nowMilliseconds: now, sessionLimit: host.sessionLimit)
         }
     }
 
@@ -388,7 +388,7 @@ final class EtcdFront: WriteAuthority {
     /// when no member answered — `UPSTREAM_UNAVAILABLE`, which says it may have been applied;
     /// the connection's later writes are then turned away (``WriteFences``) until it sends this
     /// one again.
-    private func answer(token: UInt64, _ result: Result<Etcdserverpb_TxnResponse, EtcdError>, host: some AuthorityHost) {
+    private func answer(token: UInt64, _ result: Result<Etcdserverpb_TxnResponse, EtcdLinkFailure>, host: some AuthorityHost) {
         guard let pending = sent.removeValue(forKey: token) else { return }
         let writes = host.writes
         var reply = Beacon_V1_Reply()
@@ -418,12 +418,14 @@ final class EtcdFront: WriteAuthority {
                 answered(pending.connection, host: host)
             }
             journalAdvanced(host: host)
-        case .failure(let error):
+        case .failure(let failure):
             host.countRejected(1)
-            let refusal: Refusal = switch error.code {
-            case .rejected:
+            let refusal: Refusal = switch failure {
+            case .sessionLimit(let limit):
+                Self.sessionLimitRefusal(limit, host: host)
+            case .etcd(let error) where error.code == .rejected:
                 Refusal(.invalidArgument, "etcd refused the write: \(error.message)")
-            default:
+            case .etcd(let error):
                 Refusal(.upstreamUnavailable, "etcd did not answer (\(error.message)): the write may or may not have been applied; "
                     + "retry with the same write_id to find out")
             }
@@ -437,20 +439,28 @@ final class EtcdFront: WriteAuthority {
     }
 
     /// Answers a `KeepAlive` with the session's keys and end, or `UPSTREAM_UNAVAILABLE`.
-    private func answerKeepAlive(token: UInt64, _ result: Result<Beacon_V1_KeepAliveReply, EtcdError>, host: some AuthorityHost) {
+    private func answerKeepAlive(token: UInt64, _ result: Result<Beacon_V1_KeepAliveReply, EtcdLinkFailure>, host: some AuthorityHost) {
         guard let pending = sent.removeValue(forKey: token) else { return }
         var reply = Beacon_V1_Reply()
         reply.id = pending.id
         switch result {
         case .success(let kept):
             reply.keepAlive = kept
-        case .failure(let error):
+        case .failure(.sessionLimit(let limit)):
+            host.countRejected(1)
+            reply.error = Self.sessionLimitRefusal(limit, host: host).wire(headRevision: host.writes.durableRevision)
+        case .failure(.etcd(let error)):
             host.countRejected(1)
             reply.error = Refusal(.upstreamUnavailable, "etcd did not renew the session (\(error.message)): retry")
                 .wire(headRevision: host.writes.durableRevision)
         }
         host.writes.fill(pending.ticket, with: reply)
         answered(pending.connection, host: host)
+    }
+
+    private static func sessionLimitRefusal(_ limit: Int, host: some AuthorityHost) -> Refusal {
+        host.countQuotaExceeded()
+        return Refusal(.quotaExceeded, "this peer holds \(limit) sessions in etcd (sessions_per_peer)")
     }
 
     /// A write of `connection` was answered; once none is left, a fence counts its hold from now.

@@ -14,13 +14,22 @@ enum EtcdLinkEvent: Sendable {
     /// history etcd compacted away).
     case reset(epoch: UInt64, revision: UInt64, entries: [JournalEntry])
     /// etcd's answer to the write sent with `token`.
-    case answered(token: UInt64, Result<Etcdserverpb_TxnResponse, EtcdError>)
+    case answered(token: UInt64, Result<Etcdserverpb_TxnResponse, EtcdLinkFailure>)
     /// The answer to the `KeepAlive` sent with `token`.
-    case keptAlive(token: UInt64, Result<Beacon_V1_KeepAliveReply, EtcdError>)
+    case keptAlive(token: UInt64, Result<Beacon_V1_KeepAliveReply, EtcdLinkFailure>)
     /// An expiry this front sent did not reach etcd: it is tried again.
     case expiryNotSent(key: String, modRevision: UInt64)
     /// Whether the watch is in place (a member with a leader answers), and etcd's revision.
     case status(reachable: Bool, headRevision: UInt64)
+}
+
+/// Why a write or a `KeepAlive` the link was given did not go through.
+enum EtcdLinkFailure: Error, Sendable {
+    /// etcd refused it or did not answer.
+    case etcd(EtcdError)
+    /// It would start a session, and its writer holds `limit` sessions in etcd already
+    /// (`sessions_per_peer`).
+    case sessionLimit(Int)
 }
 
 /// An etcd front's link to its cluster: one watch of the front's prefix, from the revision after
@@ -107,19 +116,24 @@ final class EtcdLink: Sendable {
 
     /// Sends a write's transaction, after finding or starting the leases it needs; its answer
     /// comes back as `.answered(token, …)`.
-    func send(_ plan: EtcdWritePlan, token: UInt64, nowMilliseconds: UInt64) {
+    /// - Parameter sessionLimit: the sessions a writer may hold (0: no limit); a write that would
+    ///   start one more is not sent.
+    func send(_ plan: EtcdWritePlan, token: UInt64, nowMilliseconds: UInt64, sessionLimit: Int) {
         run(token: token) { [self] () async -> EtcdLinkEvent in
-            var result: Result<Etcdserverpb_TxnResponse, EtcdError> = .failure(EtcdError(.closed, "not sent"))
+            var result: Result<Etcdserverpb_TxnResponse, EtcdLinkFailure> = .failure(.etcd(EtcdError(.closed, "not sent")))
             // A lease that ran out between finding it and using it is found anew, once.
             for attempt in 0..<2 {
                 do throws(EtcdError) {
+                    for session in plan.sessions where try await !mayStart(session, limit: sessionLimit) {
+                        return .answered(token: token, .failure(.sessionLimit(sessionLimit)))
+                    }
                     let idLease = try await currentWriteIDLease()
                     var leases: [[UInt8]: Int64] = [:]
                     for session in plan.sessions { leases[session] = try await lease(of: session, seconds: sessionSeconds) }
                     let request = plan.request(nowMilliseconds: nowMilliseconds, writeIDLease: idLease, sessionLeases: leases)
                     result = .success(try await client.txn(request, idempotent: true))  // the write id makes it so
                 } catch {
-                    result = .failure(error)
+                    result = .failure(.etcd(error))
                     guard attempt == 0, error.code == .rejected, error.message.contains("lease not found") else { break }
                     writeIDLease.withLock { $0 = nil }
                     sessionLeases.withLock { known in for session in plan.sessions { known[session] = nil } }
@@ -136,7 +150,8 @@ final class EtcdLink: Sendable {
     ///
     /// etcd keeps a lease's time to live: a session lives for the time of the `KeepAlive` or
     /// put that started it, in whole seconds; later `KeepAlive`s renew it for that time.
-    func keepAlive(_ session: [UInt8], ttlMilliseconds: UInt64, token: UInt64, nowMilliseconds: UInt64) {
+    /// - Parameter sessionLimit: the sessions a writer may hold (0: no limit); one more is not started.
+    func keepAlive(_ session: [UInt8], ttlMilliseconds: UInt64, token: UInt64, nowMilliseconds: UInt64, sessionLimit: Int) {
         run(token: token) { [self] () async -> EtcdLinkEvent in
             do throws(EtcdError) {
                 if ttlMilliseconds == 0 {
@@ -147,6 +162,9 @@ final class EtcdLink: Sendable {
                     return .keptAlive(token: token, .success(.init()))
                 }
                 for _ in 0..<2 {
+                    guard try await mayStart(session, limit: sessionLimit) else {
+                        return .keptAlive(token: token, .failure(.sessionLimit(sessionLimit)))
+                    }
                     let lease = try await self.lease(of: session, seconds: Self.seconds(ttlMilliseconds))
                     let left = try await client.renewLease(lease)
                     guard left > 0 else {
@@ -159,9 +177,9 @@ final class EtcdLink: Sendable {
                         $0.expiresAtMs = nowMilliseconds &+ UInt64(left) * 1000
                     }))
                 }
-                return .keptAlive(token: token, .failure(EtcdError(.unavailable, "the session's lease ended while it was renewed")))
+                return .keptAlive(token: token, .failure(.etcd(EtcdError(.unavailable, "the session's lease ended while it was renewed"))))
             } catch {
-                return .keptAlive(token: token, .failure(error))
+                return .keptAlive(token: token, .failure(.etcd(error)))
             }
         }
     }
@@ -205,6 +223,21 @@ final class EtcdLink: Sendable {
         if let known = sessionLeases.withLock({ $0[session] }) { return known }
         let found = try await client.range(.with { $0.key = layout.sessionKey(session) }).kvs.first
         return found.flatMap { Int64(String(decoding: $0.value, as: UTF8.self)) }
+    }
+
+    /// Whether `session` exists in etcd, or its writer (the namespace it is in) holds fewer than
+    /// `limit` sessions there (0: no limit). Several fronts starting sessions of one writer at
+    /// the same moment may each see room for one.
+    private func mayStart(_ session: [UInt8], limit: Int) async throws(EtcdError) -> Bool {
+        guard limit > 0, try await existingLease(of: session) == nil else { return true }
+        let namespace = Array(session.prefix(through: session.firstIndex(of: 0) ?? session.endIndex - 1))
+        let prefix = Array(layout.sessionKey(namespace))
+        let held = try await client.range(.with {
+            $0.key = Data(prefix)
+            $0.rangeEnd = Data(EtcdClient.rangeEnd(ofPrefix: prefix))
+            $0.countOnly = true
+        }).count
+        return held < limit
     }
 
     /// The lease of `session`: the one it has, or one of `seconds` started now (by this front, or
