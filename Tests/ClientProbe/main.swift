@@ -16,6 +16,9 @@
 import Beacon
 import Foundation
 
+/// Held while a line is written (``emit(_:)``); made first, before anything can print.
+let emitLock = NSLock()
+
 var arguments = CommandLine.arguments.dropFirst()
 var runtimeDirectory = ""
 var prefix = ""
@@ -149,6 +152,9 @@ Thread.detachNewThread {
 dispatchMain()
 
 /// Writes one line to standard output at once (no buffering: another process reads it live).
+/// Lines come from several threads, and one longer than the pipe writes atomically (4,096
+/// bytes: a `dump` of a few hundred keys) goes out in several writes when the reader lags: the
+/// lock keeps other lines out of its middle.
 func emit(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    emitLock.withLock { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 }
