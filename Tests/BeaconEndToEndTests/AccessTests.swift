@@ -309,16 +309,8 @@ struct FuzzTests {
     @Test("150,000 random and mutated frames on every socket: no crash, every request answered, nothing guarded changed, memory bounded")
     func fuzzingEverySocket() throws {
         // The full run (3,000,000 frames, release build) is `make bench-fuzz`.
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try binary("beacon-bench"))
-        process.arguments = ["fuzz", "--frames", "150000", "--growth-limit", "48"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.runSerially()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let (status, text) = try Process.runToEnd(try binary("beacon-bench"), ["fuzz", "--frames", "150000", "--growth-limit", "48"])
+        #expect(status == 0, "\(text)")
         #expect(text.contains("verdict: no crash"), "\(text)")
     }
 }

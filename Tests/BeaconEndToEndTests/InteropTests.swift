@@ -28,16 +28,9 @@ struct InteropTests {
     /// Runs the Python client against the daemon whose sockets are in `runtimeDirectory` and
     /// expects it to finish with its "ok".
     static func runPythonClient(runtimeDirectory: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = [repositoryRoot + "/Tests/interop/python_client.py", runtimeDirectory, repositoryRoot + "/proto"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.runSerially()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let (status, text) = try Process.runToEnd("/usr/bin/python3", [
+            repositoryRoot + "/Tests/interop/python_client.py", runtimeDirectory, repositoryRoot + "/proto"])
+        #expect(status == 0, "\(text)")
         #expect(text.contains("python client: ok"))
     }
 

@@ -204,18 +204,9 @@ public final class EtcdCluster: @unchecked Sendable {
               openssl x509 -req -in $who.csr -CA authority.pem -CAkey authority.key -CAcreateserial -days 1 -extfile $who.ext -out $who.pem
             done
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script]
-        process.currentDirectoryURL = URL(fileURLWithPath: tls)
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.runSerially()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw EtcdClusterError("openssl could not make the test certificates (exit \(process.terminationStatus)): \(text)")
+        let (status, output) = try Process.runToEnd("/bin/sh", ["-c", script], in: tls)
+        guard status == 0 else {
+            throw EtcdClusterError("openssl could not make the test certificates (exit \(status)): \(output)")
         }
         return EtcdTLSFiles(certificatePath: tls + "/client.pem", keyPath: tls + "/client.key", authorityPath: tls + "/authority.pem")
     }

@@ -67,6 +67,23 @@ extension Process {
         return exited
     }
 
+    /// Runs `executable` to its end through the tests' spawner (in `directory`, if given).
+    /// - Returns: its exit status and what it printed, standard output and error together.
+    public static func runToEnd(_ executable: String, _ arguments: [String],
+                                in directory: String? = nil) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.runSerially()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
+    }
+
     /// `run()` through the tests' spawner: killed when the test process ends.
     public func runSerially() throws {
         if FileManager.default.isExecutableFile(atPath: setpriv), let executable = executableURL?.path {
