@@ -57,6 +57,13 @@ public enum WireTopic {
         return prefix
     }
 
+    /// Whether a subscription to `topic` receives diffs of some key: it is not a control topic
+    /// or a bundle's, whose first byte no key holds (the empty topic matches every key).
+    public static func matchesKeys(_ topic: [UInt8]) -> Bool {
+        guard let first = topic.first else { return true }
+        return first != bundleMark && first != UInt8(ascii: "!")
+    }
+
     /// What a publication's topic says it is.
     public enum Kind: Sendable {
         case heartbeat, commit, diff, bundle

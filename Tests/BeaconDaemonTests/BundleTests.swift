@@ -219,6 +219,43 @@ struct BundleTests {
         await daemon.stop()
     }
 
+    @Test("While every subscriber takes bundles no diff is sent on its key's topic; from the first subscription to a key prefix on, each one is")
+    func keyTopicsCarryDiffsOnceSubscribed() async throws {
+        let daemon = try TestDaemon()
+        defer { daemon.stopNow() }
+        let bundled = try daemon.client()
+        try bundled.subscribe("a.", bundled: true)
+        try awaitSequencing(bundled, prefix: "a.")
+        let writer = try daemon.client()
+        let count = 1000
+        let puts = (0..<count).map { index in
+            Beacon_V1_Request.OneOf_Op.put(.with {
+                $0.key = "a.k\(index)"
+                $0.value = .int(Int64(index))
+            })
+        }
+        // Sent between the two counts: the batch's bundles and a heartbeat per 100 ms, but no
+        // diff on its own: far fewer messages than writes.
+        var published = try writer.stats().published
+        let first = try writer.batch(puts).map(\.write.revision)
+        let sentBundledOnly = try writer.stats().published - published
+        #expect(sentBundledOnly < UInt64(count / 2), "\(sentBundledOnly) messages published for \(count) writes")
+        let bundledDiffs = Self.diffs(try Self.publications(bundled, through: first.last!)).filter { $0.event.revision >= first[0] }
+        #expect(bundledDiffs.map(\.event.revision) == first, "the bundles carried every diff")
+
+        let plain = try daemon.client()
+        try plain.subscribe("a.")
+        try awaitSequencing(plain, prefix: "a.")
+        published = try writer.stats().published
+        let second = try writer.batch(puts).map(\.write.revision)
+        #expect(try writer.stats().published - published >= UInt64(count), "a diff per write on its key's topic")
+        let plainDiffs = Self.diffs(try Self.publications(plain, through: second.last!)).filter { $0.event.revision >= second[0] }
+        #expect(plainDiffs.map(\.event.revision) == second)
+        let bundledAgain = Self.diffs(try Self.publications(bundled, through: second.last!)).filter { $0.event.revision >= second[0] }
+        #expect(bundledAgain == plainDiffs, "both ways carry the same diffs")
+        await daemon.stop()
+    }
+
     @Test("Heartbeats and ping replies say that the daemon publishes bundles; a malformed bundle subscription delivers nothing")
     func bundlesAreAnnouncedAndCheckedLikePrefixes() async throws {
         let daemon = try TestDaemon()

@@ -50,6 +50,17 @@ final class Publisher {
     static let subscriptionMessageBytes = 512
     /// Subscription messages of one connection libzmq takes in before the loop has read them.
     static let subscriptionsAhead: Int32 = 128
+    /// Whether a connection of this socket may hold a subscription that matches a key's topic:
+    /// set by the first such grant, cleared only when the socket is opened anew. Until then no
+    /// diff is sent on its key's topic (it would reach no one: every subscriber takes bundles).
+    /// libzmq drops a closed connection's subscriptions without reliably saying whose they
+    /// were, so this never counts down: an over-estimate costs the sends, an under-estimate
+    /// would lose diffs.
+    private(set) var keyTopicsGranted = false
+    /// Where a diff that goes into bundles only is encoded: grown for a large one, given back
+    /// at the end of its group.
+    private var scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Publisher.scratchBytes, alignment: 8)
+    private static let scratchBytes = 4096
     /// Prefixes subscribed to as bundles (topic `#P#`), with their subscriptions counted.
     private(set) var bundledPrefixes: [String: Int] = [:]
     /// The bundles of the group commit being published: one per bundled prefix, filled by
@@ -116,6 +127,7 @@ final class Publisher {
         tracker.resetSubscriptions()
         subscriptionLedger.reset()
         bundledPrefixes = [:]
+        keyTopicsGranted = false
         pairing = SubscriptionPairing()
         socket = try Self.makeSocket(context, highWaterMark: highWaterMark, connections: connections)
         generation += 1
@@ -158,7 +170,10 @@ final class Publisher {
 
     /// Subscribes the connection paired with the subscription just received to `topics`.
     func grant(_ topics: [[UInt8]]) {
-        for topic in topics { try? socket.addSubscription(topic) }
+        for topic in topics {
+            if !keyTopicsGranted && WireTopic.matchesKeys(topic) { keyTopicsGranted = true }
+            try? socket.addSubscription(topic)
+        }
     }
 
     /// Unsubscribes the connection paired with the unsubscription just received from `topics`.
@@ -198,6 +213,10 @@ final class Publisher {
             }
         }
         gathering.removeAll()
+        if scratch.count > Self.scratchBytes {
+            scratch.deallocate()
+            scratch = .allocate(byteCount: Self.scratchBytes, alignment: 8)
+        }
         return failures
     }
 
@@ -244,6 +263,7 @@ final class Publisher {
     /// - Returns: the topics whose publication failed.
     func publishDiffs(_ changes: [JournalChange], epoch: UInt64,
                       marks: [[Beacon_V1_PrefixMark]]) -> [(topic: String, error: ZMQError)] {
+        guard keyTopicsGranted else { return gatherOnly(changes, epoch: epoch, marks: marks) }
         var failures: [(topic: String, error: ZMQError)] = []
         var filled = false
         for index in changes.indices {
@@ -271,6 +291,34 @@ final class Publisher {
                 failures += sendFullBundles()
                 filled = false
             }
+        }
+        return failures
+    }
+
+    /// ``publishDiffs(_:epoch:marks:)`` while no subscription matches a key's topic: each diff
+    /// goes only into the bundles gathered (none, nothing is encoded).
+    private func gatherOnly(_ changes: [JournalChange], epoch: UInt64,
+                            marks: [[Beacon_V1_PrefixMark]]) -> [(topic: String, error: ZMQError)] {
+        guard !gathering.isEmpty else { return [] }
+        var failures: [(topic: String, error: ZMQError)] = []
+        for index in changes.indices {
+            let filled = WireEncoder.diff(
+                epoch: epoch, revision: changes[index].revision, part: changes[index].part, parts: changes[index].parts,
+                kind: StoredValueCodec.kind(changes[index].kind), key: changes[index].key, encodedValue: changes[index].value,
+                version: changes[index].version, createRevision: changes[index].createRevision,
+                expiresAtMilliseconds: changes[index].expiresAtMilliseconds,
+                timestampMilliseconds: changes[index].timestampMilliseconds,
+                marks: marks.isEmpty ? [] : marks[index]
+            ) { (count, fill) -> Bool in
+                if scratch.count < count {
+                    scratch.deallocate()
+                    scratch = .allocate(byteCount: max(count, 2 * scratch.count), alignment: 8)
+                }
+                let diff = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count])
+                fill(diff)
+                return gather(diff, key: changes[index].key)
+            }
+            if filled { failures += sendFullBundles() }
         }
         return failures
     }
@@ -329,4 +377,6 @@ final class Publisher {
         connections.stopWatching(.subscribers)
         socket.close()
     }
+
+    deinit { scratch.deallocate() }
 }
