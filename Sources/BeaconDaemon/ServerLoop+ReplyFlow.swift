@@ -29,15 +29,14 @@ extension ServerLoop {
 
     /// Sends a reply (`envelope`, then `body`) now, or keeps it until libzmq has written what it
     /// holds for the connection (``ReplyFlows``).
-    func send(body: [UInt8], to envelope: [ZMQMessage]) {
-        guard let first = envelope.first else { return }
+    func send(body: [UInt8], to envelope: ReplyEnvelope) {
         // Most replies are small, with nothing waiting anywhere: they need no connection looked up.
         let offer = network.replyFlows.goesAtOnce(size: body.count) ? .send(nil)
-            : network.replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: RoutingID(first))
+            : network.replyFlows.offer(ReplyFlows.Reply(envelope: envelope, body: body), size: body.count, to: envelope.connection)
         switch offer {
         case .send(let tracking):
             if !hand(body: body, to: envelope, tracking: tracking) {
-                network.replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: RoutingID(first))
+                network.replyFlows.putBack(ReplyFlows.Reply(envelope: envelope, body: body), to: envelope.connection)
             }
         case .kept:
             break
@@ -79,17 +78,21 @@ extension ServerLoop {
     /// Hands one reply to libzmq; counted in `tracking` until libzmq lets go of it.
     /// - Returns: `false` when libzmq refused it because the connection's queue is full (it is
     ///   to wait and be offered again); a reply to a connection that is gone is dropped.
-    private func hand(body: [UInt8], to envelope: [ZMQMessage], tracking: BytesInFlight?) -> Bool {
+    private func hand(body: [UInt8], to envelope: ReplyEnvelope, tracking: BytesInFlight?) -> Bool {
+        let router = self.router
         do {
             // The first frame picks the connection; a full queue refuses it, and nothing is sent.
             // libzmq also says "unreachable" for a connection whose queue was full until it takes
             // in that the queue has room again: so only a connection known to be open waits.
             do {
-                guard try router.send(envelope[0], flags: [.sendMore, .dontWait]) else { return false }
-            } catch where error.hostUnreachable && network.replyFlows.knowsDescriptor(of: RoutingID(envelope[0])) {
+                let handed = try envelope.connection.withBytes { id in
+                    Result { () throws(ZMQError) in try router.send(copying: id, flags: [.sendMore, .dontWait]) }
+                }.get()
+                guard handed else { return false }
+            } catch where error.hostUnreachable && network.replyFlows.knowsDescriptor(of: envelope.connection) {
                 return false
             }
-            for frame in envelope.dropFirst() {
+            for frame in envelope.inner {
                 try router.send(frame, flags: [.sendMore, .dontWait])
             }
             if let tracking {

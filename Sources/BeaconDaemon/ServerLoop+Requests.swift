@@ -9,10 +9,9 @@ extension ServerLoop {
     /// came before it, which the reply goes back with.
     /// - Returns: how many requests it carried (a batch carries several).
     @discardableResult
-    func handle(_ body: ZMQMessage, envelope: [ZMQMessage]) -> Int {
+    func handle(_ body: ZMQMessage, envelope: ReplyEnvelope) -> Int {
         stats.requests += 1
-        guard let first = envelope.first else { return 1 }  // a ROUTER always prepends the peer's id
-        let connection = RoutingID(first)
+        let connection = envelope.connection
         // Sent before its connection was closed for not reading its replies: nobody reads the answer.
         if network.replyFlows.isClosed(connection, now: clock.now()) { return 1 }
         noteConnection(of: body, id: connection)
@@ -125,7 +124,7 @@ extension ServerLoop {
 
     /// The collector of a batch's replies, or `nil` after refusing a batch that is empty or
     /// too long.
-    private func startBatch(id: UInt64, count: Int, envelope: [ZMQMessage]) -> BatchReplies? {
+    private func startBatch(id: UInt64, count: Int, envelope: ReplyEnvelope) -> BatchReplies? {
         guard count > 0 else {
             reject(.peer(envelope), id, .invalidArgument, "the batch holds no requests")
             return nil

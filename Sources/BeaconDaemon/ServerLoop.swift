@@ -48,6 +48,9 @@ final class ServerLoop: @unchecked Sendable {
 
     /// The request socket.
     var router: ZMQSocket { network.router }
+    /// The first frame of the request message being read (its routing id) and its last (the
+    /// body): read into again for each message, which is handled before the next is read.
+    private let routingFrame = ZMQMessage(), requestFrame = ZMQMessage()
     /// The publish socket, its subscriptions and the prefixes it sequences.
     var publisher: Publisher { network.publisher }
     /// Connections to the request and publish sockets, per peer and in all.
@@ -377,20 +380,26 @@ final class ServerLoop: @unchecked Sendable {
 
     private func drainRequests() {
         // Once: each read of a computed field costs a retain and a release.
-        let router = self.router, writes = self.writes
+        let router = self.router, writes = self.writes, routingFrame = self.routingFrame, body = self.requestFrame
         var count = 0
         while count < live.maxBatch {
-            var received: [ZMQMessage]?
-            do {
-                received = try router.receiveMessage(flags: .dontWait)
+            let envelope: ReplyEnvelope
+            do throws(ZMQError) {
+                guard try router.receive(into: routingFrame, flags: .dontWait) else { break }
+                // A ROUTER puts the routing id before whatever the peer sent, which is at least one frame.
+                guard routingFrame.hasMore else { continue }
+                var inner: [[UInt8]] = []
+                try router.receive(into: body)
+                while body.hasMore {
+                    inner.append(body.bytes)
+                    try router.receive(into: body)
+                }
+                envelope = ReplyEnvelope(connection: RoutingID(routingFrame), inner: inner)
             } catch {
                 logger.warning("receive failed", metadata: ["error": "\(error)"])
                 break
             }
-            // Taken out of the optional, so that the array is unique and loses its last frame in place.
-            guard var frames = received.take() else { break }
-            let body = frames.removeLast()
-            count += handle(body, envelope: frames)  // a batch counts as each request it holds
+            count += handle(body, envelope: envelope)  // a batch counts as each request it holds
             if writes.pipeline.staged.count >= live.maxBatch {
                 // Both buffers are full: let the commit in flight finish, then hand over this batch.
                 writes.waitForCommitThenSubmit()

@@ -23,7 +23,7 @@ struct ReplyFlowsTests {
     func id(_ value: UInt8) -> RoutingID { [0, 0, 0, 0, value].withUnsafeBytes { RoutingID($0) } }
 
     func reply(_ connection: UInt8, _ tag: UInt8, size: Int) -> ReplyFlows.Reply {
-        ReplyFlows.Reply(envelope: [ZMQMessage(bytes: [0, 0, 0, 0, connection])], body: [tag] + Array(repeating: 0, count: size - 1))
+        ReplyFlows.Reply(envelope: ReplyEnvelope(connection: id(connection)), body: [tag] + Array(repeating: 0, count: size - 1))
     }
 
     /// Offers a reply; returns "send" (handed to `zmq`), "kept", or which descriptor to close.
@@ -43,7 +43,7 @@ struct ReplyFlowsTests {
         var handed: [UInt8] = []
         flows.flush { reply, tracking in
             guard reply.body[0] != refusing else { return false }
-            let connection = reply.envelope[0].bytes[4]
+            let connection = reply.envelope.connection.withBytes { $0[4] }
             if let tracking { zmq.held[connection, default: []].append(tracking.hand(reply.body.count)) }
             handed.append(reply.body[0])
             return true
@@ -53,6 +53,17 @@ struct ReplyFlowsTests {
 
     /// A peer's count of what libzmq holds outlived its connections: one entry per uid or tcp
     /// address ever seen, for the daemon's life.
+    @Test("A routing id gives back the bytes it was read from, whatever their length, and is equal only to the same bytes")
+    func aRoutingIDKeepsItsBytes() {
+        let ids: [[UInt8]] = [[], [0], [0, 0, 0, 0, 1], [0x80, 0, 0, 0, 0xff], Array(0..<8), Array(0..<9), Array(repeating: 7, count: 255)]
+        for bytes in ids {
+            let id = bytes.withUnsafeBytes { RoutingID($0) }
+            #expect(id.withBytes { Array($0) } == bytes)
+        }
+        // Leading zero bytes count: [1] and [0, 1] pack to the same number but are two ids.
+        #expect([1].withUnsafeBytes { RoutingID($0) } != [0, 1].withUnsafeBytes { RoutingID($0) })
+    }
+
     @Test func aPeersCountGoesWithItsLastConnectionOnceLibzmqLetsGo() {
         var flows = ReplyFlows(limits: Self.limits)
         let zmq = Zmq()

@@ -17,7 +17,7 @@ struct ReplyQueueTests {
         var sent: [Sent] = []
         func deliver(_ route: ReplyRoute, _ reply: PendingReply) {
             guard case .peer(let envelope) = route else { return }
-            let connection = String(decoding: envelope[0].bytes, as: UTF8.self)
+            let connection = envelope.connection.withBytes { String(decoding: $0, as: UTF8.self) }
             switch reply {
             case .oneKeyWrite(let id, _, _), .write(let id, _, _): sent.append(Sent(connection: connection, id: id, code: nil))
             case .answer(let answer, _):
@@ -31,7 +31,9 @@ struct ReplyQueueTests {
         }
     }
 
-    static func route(_ connection: String) -> ReplyRoute { .peer([ZMQMessage(string: connection)]) }
+    static func route(_ connection: String) -> ReplyRoute {
+        .peer(ReplyEnvelope(connection: Array(connection.utf8).withUnsafeBytes { RoutingID($0) }))
+    }
     static func refusal(_ id: UInt64, _ code: Beacon_V1_Error.Code, head: UInt64) -> Beacon_V1_Reply {
         .with { $0.id = id; $0.error = .with { $0.code = code; $0.headRevision = head } }
     }

@@ -61,7 +61,7 @@ struct WritePathTests {
         let journal: FaultInjectingJournal
         let recorder = Recorder()
         let path: WritePath
-        let route = ReplyRoute.peer([ZMQMessage(bytes: [0, 1, 2, 3, 4])])
+        let route = ReplyRoute.peer(ReplyEnvelope(connection: [0, 1, 2, 3, 4].withUnsafeBytes { RoutingID($0) }))
         private var nextID: UInt64 = 1
 
         init(reopening existing: String? = nil, clock: ManualClock = ManualClock(), sessionTTL: UInt64 = 1000,

@@ -245,7 +245,7 @@ final class EtcdFront: WriteAuthority {
 
     func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
                    host: some AuthorityHost) -> Bool {
-        guard let connection = route.connection else { return false }
+        let connection = route.connection
         let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
         switch order.admit(waiting, of: connection, isForwarded: Self.isWrite(request),
                            bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
@@ -271,7 +271,8 @@ final class EtcdFront: WriteAuthority {
     /// Sends a write to etcd once this front's rules and limits allow it; its reply keeps its
     /// connection's place until etcd answers and this front's journal shows it.
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
-        guard let op = request.op, let connection = route.connection else { return }
+        guard let op = request.op else { return }
+        let connection = route.connection
         let work: Pending.Work
         let clientWriteID: Data
         do throws(Refusal) {

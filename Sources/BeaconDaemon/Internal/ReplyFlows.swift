@@ -12,6 +12,14 @@ struct RoutingID: Hashable {
         self = frame.withUnsafeBytes { RoutingID($0) }
     }
 
+    /// Calls `body` with the id's bytes.
+    func withBytes<Result>(_ body: (UnsafeRawBufferPointer) -> Result) -> Result {
+        if let long { return long.withUnsafeBytes(body) }
+        // Packed first byte highest: the last `count` bytes of the big-endian word.
+        var word = packed.bigEndian
+        return Swift.withUnsafeBytes(of: &word) { body(UnsafeRawBufferPointer(rebasing: $0[(8 - count)...])) }
+    }
+
     init(_ bytes: UnsafeRawBufferPointer) {
         count = bytes.count
         if bytes.count <= 8 {
@@ -73,7 +81,7 @@ struct ReplyFlows {
 
     /// A reply kept until its connection reads: its envelope and body.
     struct Reply {
-        var envelope: [ZMQMessage]
+        var envelope: ReplyEnvelope
         var body: [UInt8]
     }
 
@@ -228,7 +236,6 @@ struct ReplyFlows {
                       hand(flow.waiting[flow.waitingStart], tracking) else { break }
                 if tracking != nil { inFlight += size }
                 flow.waiting[flow.waitingStart].body = []
-                flow.waiting[flow.waitingStart].envelope = []
                 flow.waitingStart += 1
                 flow.waitingBytes -= size
                 countWaiting(-size, of: flow.peer)

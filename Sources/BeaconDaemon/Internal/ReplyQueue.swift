@@ -54,14 +54,13 @@ struct ReplyQueue {
     /// place its own connection holds).
     func mayLeaveAtOnce(to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64) -> Bool {
         guard entries.isEmpty && revision <= durableRevision else { return false }
-        guard !holding.isEmpty, let connection = route.connection else { return true }
-        return holding[connection] == nil
+        return holding.isEmpty || holding[route.connection] == nil
     }
 
     /// Queues `reply`, decided against state at `revision`, behind everything decided before it
     /// (``mayLeaveAtOnce(to:decidedAt:durableRevision:)`` says when it need not wait).
     mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64) {
-        if !holding.isEmpty, let connection = route.connection, holding[connection] != nil {
+        if !holding.isEmpty, case let connection = route.connection, holding[connection] != nil {
             holding[connection]!.append(Entry(route: route, reply: reply, revision: revision))
         } else {
             entries.append(Entry(route: route, reply: reply, revision: revision))
@@ -73,8 +72,7 @@ struct ReplyQueue {
     mutating func hold(_ route: ReplyRoute, at revision: UInt64) -> HoldTicket {
         nextTicket += 1
         let ticket = HoldTicket(number: nextTicket)
-        guard let connection = route.connection else { return ticket }
-        holding[connection, default: []].append(Entry(route: route, reply: .held(ticket), revision: revision))
+        holding[route.connection, default: []].append(Entry(route: route, reply: .held(ticket), revision: revision))
         return ticket
     }
 

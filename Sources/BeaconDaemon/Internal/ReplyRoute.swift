@@ -1,18 +1,27 @@
 import BeaconProtocol
 import BeaconZMQ
 
+/// What a request message carried before its body, which its reply goes back with: the routing
+/// id the ROUTER put first (the connection), and any frames the peer sent before the body (a
+/// REQ socket's empty delimiter). Plain bytes: a reply waiting for its commit holds no libzmq
+/// message.
+struct ReplyEnvelope {
+    let connection: RoutingID
+    /// The frames between the routing id and the body; none from a DEALER.
+    var inner: [[UInt8]] = []
+}
+
 /// Where the reply to one request goes: back to the peer with the envelope its message came
 /// with, or into a slot of the reply to the batch that carried it.
 enum ReplyRoute {
-    case peer([ZMQMessage])
+    case peer(ReplyEnvelope)
     case batch(BatchReplies, slot: Int)
 
-    /// The routing id of the connection the reply goes to; `nil` without an envelope (a ROUTER
-    /// always gives one).
-    var connection: RoutingID? {
+    /// The routing id of the connection the reply goes to.
+    var connection: RoutingID {
         switch self {
-        case .peer(let envelope): envelope.first.map(RoutingID.init)
-        case .batch(let replies, _): replies.envelope.first.map(RoutingID.init)
+        case .peer(let envelope): envelope.connection
+        case .batch(let replies, _): replies.envelope.connection
         }
     }
 }
@@ -21,14 +30,14 @@ enum ReplyRoute {
 /// are filled out of order: a refusal at once, a write once its group commit completes.
 final class BatchReplies {
     /// The envelope of the message that carried the batch.
-    let envelope: [ZMQMessage]
+    let envelope: ReplyEnvelope
     /// The batch request's own id.
     let id: UInt64
     // The loop thread's alone: no dynamic exclusivity checks (two per write otherwise).
     @exclusivity(unchecked) private var replies: [WireEncoder.BatchReplyItem?]
     @exclusivity(unchecked) private var missing: Int
 
-    init(envelope: [ZMQMessage], id: UInt64, count: Int) {
+    init(envelope: ReplyEnvelope, id: UInt64, count: Int) {
         self.envelope = envelope
         self.id = id
         replies = Array(repeating: nil, count: count)

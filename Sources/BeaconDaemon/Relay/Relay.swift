@@ -260,7 +260,7 @@ final class Relay: WriteAuthority {
 
     func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
                    host: some AuthorityHost) -> Bool {
-        guard let connection = route.connection else { return false }
+        let connection = route.connection
         let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
         switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request),
                            bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
@@ -302,7 +302,8 @@ final class Relay: WriteAuthority {
     /// Once a write of a connection is answered `UPSTREAM_UNAVAILABLE`, its later writes are
     /// answered so too until it sends one of those again, or for five seconds (``WriteFences``).
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
-        guard var op = request.op, let connection = route.connection else { return }  // a ROUTER always gives one
+        guard var op = request.op else { return }
+        let connection = route.connection
         let writeID = Self.writeID(of: op)
         do throws(Refusal) {
             try checkForwardable(&op, context: context, host: host)
