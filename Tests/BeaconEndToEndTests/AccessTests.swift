@@ -221,7 +221,7 @@ struct AccessTests {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: beacond)
             process.arguments = ["--config", dir + "/c.conf", "--check-config", "--runtime-dir", dir + "/run", "--state-dir", dir + "/state"]
-            let errors = Pipe()
+            let errors = Pipe.forChild()
             process.standardError = errors
             process.standardOutput = FileHandle.nullDevice
             try process.runSerially()

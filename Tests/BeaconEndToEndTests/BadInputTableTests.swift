@@ -191,7 +191,7 @@ struct BadInputTableTests {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: try binary("beacond"))
             process.arguments = testCase.arguments
-            let errors = Pipe()
+            let errors = Pipe.forChild()
             process.standardError = errors
             process.standardOutput = FileHandle.nullDevice
             try process.runSerially()

@@ -42,7 +42,7 @@ private func runBlocking(_ path: String, _ arguments: [String], input: String?, 
     }
     // Options of a subcommand follow it; a usage error must stay one (no directory appended).
     process.arguments = arguments + (runtimeDirectory.map { ["--runtime-dir", $0] } ?? [])
-    let out = Pipe(), err = Pipe(), inPipe = Pipe()
+    let out = Pipe.forChild(), err = Pipe.forChild(), inPipe = Pipe.forChild()
     process.standardOutput = out
     process.standardError = err
     process.standardInput = inPipe
@@ -194,7 +194,7 @@ struct CLITests {
             let shell = Process()
             shell.executableURL = URL(fileURLWithPath: "/bin/sh")
             shell.arguments = ["-c", script, tool, run]
-            let errors = Pipe()
+            let errors = Pipe.forChild()
             shell.standardError = errors
             shell.standardOutput = FileHandle.nullDevice
             try shell.runSerially()
@@ -254,7 +254,7 @@ struct CLITests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
         process.arguments = ["history", "h.k", "--runtime-dir", daemon.runtimeDirectory]
-        let out = Pipe(), err = Pipe()
+        let out = Pipe.forChild(), err = Pipe.forChild()
         process.standardOutput = out
         process.standardError = err
         try process.runSerially()
@@ -433,7 +433,7 @@ struct CLITests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
         process.arguments = ["pub", "--runtime-dir", daemon.runtimeDirectory]
-        let out = Pipe(), input = Pipe()
+        let out = Pipe.forChild(), input = Pipe.forChild()
         process.standardOutput = out
         process.standardError = out
         process.standardInput = input
@@ -557,7 +557,7 @@ struct CLITests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
         process.arguments = ["pub", "--json", "--runtime-dir", daemon.runtimeDirectory]
-        let out = Pipe(), err = Pipe(), input = Pipe()
+        let out = Pipe.forChild(), err = Pipe.forChild(), input = Pipe.forChild()
         process.standardOutput = out
         process.standardError = err
         process.standardInput = input
@@ -653,7 +653,7 @@ struct CLITests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
         process.arguments = ["-qec", command, "/dev/null"]
-        let out = Pipe()
+        let out = Pipe.forChild()
         process.standardOutput = out
         process.standardInput = FileHandle.nullDevice
         try process.runSerially()
@@ -740,7 +740,7 @@ struct CLITests {
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
         process.arguments = ["backup", "-", "--json", "--runtime-dir", daemon.runtimeDirectory]
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
-        let errors = Pipe()
+        let errors = Pipe.forChild()
         process.standardError = errors
         try process.runSerially()
         let summaryData = errors.fileHandleForReading.readDataToEndOfFile()
@@ -798,7 +798,7 @@ struct CLITests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
         process.arguments = ["watch", "w.", "--from", "5", "--count", "1", "--json", "--runtime-dir", run]
-        let out = Pipe(), err = Pipe()
+        let out = Pipe.forChild(), err = Pipe.forChild()
         process.standardOutput = out
         process.standardError = err
         try process.runSerially()

@@ -52,8 +52,8 @@ final class Recorder<Value>: @unchecked Sendable {
 /// A `beacon-client-probe` process: a separate client whose output lines the test reads.
 final class ProbeProcess: @unchecked Sendable {
     let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
+    private let input = Pipe.forChild()
+    private let output = Pipe.forChild()
     private let lock = NSLock()
     private var received: [String] = []
     private var partial = Data()

@@ -26,7 +26,7 @@ struct PubRestartTests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try binary("beacon"))
         process.arguments = ["pub", "--json", "--timeout", "\(timeoutMilliseconds)", "--window", "\(window)", "--runtime-dir", runtimeDirectory]
-        let out = Pipe()
+        let out = Pipe.forChild()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
         process.standardInput = FileHandle(forReadingAtPath: path)

@@ -42,7 +42,7 @@ struct ReadmeTourTests {
         bash.environment = ["PATH": "\(bin):/usr/bin:/bin", "HOME": directory + "/home", "XDG_RUNTIME_DIR": directory + "/xdg",
                             "LANG": "C.UTF-8"]
         bash.standardOutput = FileHandle.nullDevice
-        let stderr = Pipe()
+        let stderr = Pipe.forChild()
         bash.standardError = stderr
         bash.standardInput = FileHandle.nullDevice
         try bash.runSerially()

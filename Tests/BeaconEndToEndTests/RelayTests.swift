@@ -90,7 +90,7 @@ func dropConnections(toPort port: Int) throws {
     let ss = Process()
     ss.executableURL = URL(fileURLWithPath: "/usr/bin/ss")
     ss.arguments = ["-K", "-H", "-t", "dst", "127.0.0.1", "dport", "=", ":\(port)"]
-    let output = Pipe()
+    let output = Pipe.forChild()
     ss.standardOutput = output
     ss.standardError = FileHandle.nullDevice
     try ss.runSerially()

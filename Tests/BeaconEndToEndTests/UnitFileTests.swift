@@ -24,7 +24,7 @@ struct UnitFileTests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: systemdAnalyze)
         process.arguments = arguments
-        let pipe = Pipe()
+        let pipe = Pipe.forChild()
         process.standardOutput = pipe
         process.standardError = pipe
         try process.runSerially()

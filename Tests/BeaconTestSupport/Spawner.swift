@@ -54,6 +54,18 @@ final class Spawner: @unchecked Sendable {
 
 private let setpriv = "/usr/bin/setpriv"
 
+extension Pipe {
+    /// A pipe for a child's standard input or output, made on the spawner's thread. Foundation
+    /// keeps a child from inheriting this process's descriptors by listing the open ones just
+    /// before it spawns; a pipe another thread opens in that moment goes to the child (an etcd
+    /// member, a daemon) and stays open there as long as it runs, so whoever waits for that
+    /// pipe's end (a test reading a tool's output to EOF, or writing its input) waits for ever.
+    /// Made here, no pipe opens while a child is being spawned. Tests make every pipe so.
+    public static func forChild() -> Pipe {
+        try! Spawner.shared.run { Pipe() }  // the body does not throw
+    }
+}
+
 extension Process {
     /// Waits for the process to exit; kills it (SIGKILL) if it has not after `seconds`.
     /// - Returns: whether it exited by itself.
@@ -75,7 +87,7 @@ extension Process {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-        let output = Pipe()
+        let output = Pipe.forChild()
         process.standardOutput = output
         process.standardError = output
         try process.runSerially()
