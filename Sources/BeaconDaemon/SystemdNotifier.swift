@@ -34,7 +34,10 @@ public final class SystemdNotifier: Sendable {
 
     deinit { close(socket) }
 
-    /// Sends `assignments` (newline-separated `NAME=value` lines) in one datagram.
+    /// Sends `assignments` (newline-separated `NAME=value` lines) in one datagram, without ever
+    /// waiting: the daemon's loop sends these, and a socket whose reader stops reading would
+    /// stop it. A datagram that finds the socket's queue full is dropped (a status line or a
+    /// watchdog ping goes out again within its interval).
     /// - Returns: whether the datagram was sent.
     @discardableResult
     public func send(_ assignments: String) -> Bool {
@@ -48,7 +51,7 @@ public final class SystemdNotifier: Sendable {
         let payload = Array(assignments.utf8)
         let sent = withUnsafePointer(to: &storage) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                payload.withUnsafeBytes { sendto(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, addressLength) }
+                payload.withUnsafeBytes { sendto(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), address, addressLength) }
             }
         }
         return sent == payload.count

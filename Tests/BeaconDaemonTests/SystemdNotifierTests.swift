@@ -49,6 +49,19 @@ struct SystemdNotifierTests {
         return received
     }
 
+    /// The loop thread sends these: if the socket's reader stops reading, a blocking send would
+    /// stop the loop with it (as it did for a daemon a test left running with nobody reading).
+    @Test func aSocketNobodyReadsNeverBlocksTheSender() throws {
+        let sink = try DatagramSink(directory: try temporaryDirectory())
+        let notifier = try #require(SystemdNotifier(environment: ["NOTIFY_SOCKET": sink.path]))
+        // An unread datagram socket queues a few hundred small datagrams at most.
+        var sent = 0
+        while sent < 100_000 && notifier.send("STATUS=serving") { sent += 1 }
+        #expect(sent < 100_000, "a full queue refuses the datagram")
+        #expect(sink.drain(quiet: 0).count == sent, "every datagram sent was queued whole")
+        #expect(notifier.send("STATUS=serving"), "once read, the queue takes notifications again")
+    }
+
     @Test func aSlowStartUpStepKeepsExtendingTheStartTimeoutUntilItEnds() throws {
         let sink = try DatagramSink(directory: try temporaryDirectory())
         let notifier = try #require(SystemdNotifier(environment: ["NOTIFY_SOCKET": sink.path]))
