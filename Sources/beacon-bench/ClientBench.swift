@@ -302,16 +302,23 @@ struct ClientSubscriber: ParsableCommand {
     func run() throws {
         if mode == "raw" { return try receiveRaw() }
         let baseline = residentBytes()
+        // Updates are applied on a queue of the process's own, not the main queue: the main
+        // thread only waits, and never leaves as `dispatchMain()` makes it (which valgrind
+        // does not survive, so that the process could not be profiled with callgrind).
+        let delivery = DispatchQueue(label: "beacon-bench.delivery")
         var configuration = BeaconConfiguration(runtimeDirectory: runtimeDir)
         configuration.receivesBundles = !noBundles
+        configuration.delivery = .queue(delivery)
         let client = try BeaconClient(configuration: configuration)
         let subscriber = Subscriber(client: client, baseline: baseline, bundles: !noBundles)
-        switch mode {
-        case "latency": try subscriber.measureLatency()
-        case "mirror": try subscriber.mirror(prefix: prefix)
-        default: try subscriber.measureMemory(prefix: prefix, count: count)
+        try delivery.sync {
+            switch mode {
+            case "latency": try subscriber.measureLatency()
+            case "mirror": try subscriber.mirror(prefix: prefix)
+            default: try subscriber.measureMemory(prefix: prefix, count: count)
+            }
         }
-        dispatchMain()
+        while true { pause() }
     }
 }
 
