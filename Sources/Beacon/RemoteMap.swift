@@ -33,6 +33,14 @@ public final class RemoteMap<Value: Codable & Sendable>: Signal<[String: Value]>
         table.observers.append { [unowned self] key, kv in store(key, kv) }
     }
 
+    // Runs once per update. Unspecialized, each dictionary write looks up the generic types'
+    // metadata at run time, which cost more than the write; the common value types get code of
+    // their own, which the generic entry dispatches to.
+    @_specialize(where Value == Int)
+    @_specialize(where Value == Int64)
+    @_specialize(where Value == Double)
+    @_specialize(where Value == Bool)
+    @_specialize(where Value == String)
     private func store(_ key: String, _ kv: Beacon_V1_KeyValue?) {
         guard let kv else {
             decoded[key] = nil

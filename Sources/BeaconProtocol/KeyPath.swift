@@ -1,3 +1,5 @@
+import Foundation
+
 /// Validation of keys and prefixes (proto/PROTOCOL.md, "Keys").
 ///
 /// A key is 1 to 256 bytes of segments joined by `.`; a segment is one or more of
@@ -69,5 +71,21 @@ public enum KeyPath {
         }
         if segmentLength == 0 && !asPrefix { return .emptySegment(offset: bytes.count) }
         return nil
+    }
+}
+
+extension String {
+    /// Whether the string's UTF-8 bytes start with `prefix`'s (Beacon's prefixes are byte
+    /// prefixes). One `memcmp` for native strings, where `utf8.starts(with:)` steps byte by byte.
+    @inlinable
+    public func isUnder(_ prefix: String) -> Bool {
+        let count = prefix.utf8.count
+        guard count <= utf8.count else { return false }
+        if count == 0 { return true }
+        return utf8.withContiguousStorageIfAvailable { bytes in
+            prefix.utf8.withContiguousStorageIfAvailable { prefixBytes in
+                memcmp(bytes.baseAddress!, prefixBytes.baseAddress!, count) == 0
+            } ?? utf8.starts(with: prefix.utf8)
+        } ?? utf8.starts(with: prefix.utf8)
     }
 }

@@ -122,7 +122,7 @@ public struct FollowerCore: Sendable {
         /// Whether this follower, of `prefix`, covers `key` and has not applied `revision` yet
         /// (a refused follower shows nothing, so it is never behind).
         func isBehind(_ revision: UInt64, forKey key: String, under prefix: String) -> Bool {
-            !refused && key.utf8.starts(with: prefix.utf8) && !(isLive && sequencer.through >= revision)
+            !refused && key.isUnder(prefix) && !(isLive && sequencer.through >= revision)
         }
     }
 
@@ -313,6 +313,7 @@ public struct FollowerCore: Sendable {
         switch decision {
         case .none: break
         case .completed(let events): hold(events)
+        case .completedOne(let event): hold(event)
         case .repair: markDue(prefix, .delta(.repair))
         case .resync: markDue(prefix, .snapshot)
         }
@@ -463,6 +464,21 @@ public struct FollowerCore: Sendable {
     }
 
     // MARK: Holding and releasing
+
+    /// A whole revision of one change under a follower's prefix: as ``hold(_:)-([Beacon_V1_Event])``
+    /// with one event, without an array in the common case.
+    private mutating func hold(_ event: Beacon_V1_Event) {
+        if mode != .ordered && event.parts == 1 && held.isEmpty && pendingSnapshots.isEmpty
+            && (event.revision <= streamHead || event.revision <= releasedThrough) {
+            ready.append(event)
+            if event.revision > releasedThrough {
+                releasedThrough = event.revision
+                statistics.revisions += 1
+            }
+            return
+        }
+        hold([event])
+    }
 
     /// One whole revision under a follower's prefix, complete for that follower.
     private mutating func hold(_ events: [Beacon_V1_Event]) {

@@ -13,6 +13,8 @@ public struct PrefixSequencer: Sendable {
         case none
         /// One whole revision under the prefix, complete and in order: apply it as one batch.
         case completed([Beacon_V1_Event])
+        /// A whole revision of one change under the prefix (the common case, without an array).
+        case completedOne(Beacon_V1_Event)
         /// Something under the prefix was missed: fetch a `Delta` from ``through``.
         case repair
         /// The journal was replaced (new epoch): discard state and take a snapshot.
@@ -57,20 +59,21 @@ public struct PrefixSequencer: Sendable {
     /// Applies the rules to one diff.
     public mutating func accept(_ diff: Beacon_V1_Diff) -> Decision {
         if diff.epoch != epoch { return .resync }
-        let event = diff.event
-        guard event.change.key.utf8.starts(with: prefix.utf8) else { return .none }
-        if event.revision <= through { return .none }  // already applied (snapshot or repair)
+        let event = diff.event  // once: each read of a message field copies it
+        guard event.change.key.isUnder(prefix) else { return .none }
+        let revision = event.revision
+        if revision <= through { return .none }  // already applied (snapshot or repair)
         guard let mark = diff.marks.first(where: { $0.prefix == prefix }) else {
             return .repair  // the daemon does not sequence the prefix yet: a delta registers it
         }
-        if pendingRevision != 0 && pendingRevision != event.revision { return .repair }  // parts lost
+        if pendingRevision != 0 && pendingRevision != revision { return .repair }  // parts lost
         if pendingRevision == 0 {
             if mark.previousRevision > through { return .repair }  // a whole revision was missed
             if mark.parts <= 1 {  // the revision's one change under the prefix: the common case
-                through = event.revision
-                return .completed([event])
+                through = revision
+                return .completedOne(event)
             }
-            pendingRevision = event.revision
+            pendingRevision = revision
             pendingParts = mark.parts
         }
         pending.append(event)

@@ -8,6 +8,26 @@ struct KeyPathTests {
         #expect(KeyPath.problem(key: key) == nil)
     }
 
+    /// A prefix is a prefix of the key's bytes, not of its segments or characters; the
+    /// empty prefix covers everything.
+    @Test func aKeyIsUnderAPrefixOfItsBytes() {
+        #expect("net.wifi.ssid".isUnder(""))
+        #expect("net.wifi.ssid".isUnder("net."))
+        #expect("net.wifi.ssid".isUnder("net.wi"))
+        #expect("net.wifi.ssid".isUnder("net.wifi.ssid"))
+        #expect(!"net.wifi.ssid".isUnder("net.wifi.ssid2"))
+        #expect(!"net.wifi.ssid".isUnder("Net."))
+        #expect(!"net".isUnder("net."))
+        #expect(!"".isUnder("a"))
+        let long = String(repeating: "segment.", count: 30) + "end"
+        #expect(long.isUnder(String(long.dropLast(3))))
+        #expect(!long.isUnder(String(long.dropLast(4)) + "x"))
+        // Compared as UTF-8 bytes, not as characters.
+        #expect("café.x".isUnder("café"))
+        #expect(!"cafe.x".isUnder("café"))
+        #expect(!"café.x".isUnder("cafe"))
+    }
+
     @Test func rejectsInvalidKeysWithTheReason() {
         #expect(KeyPath.problem(key: "") == .empty)
         #expect(KeyPath.problem(key: String(repeating: "k", count: 257)) == .tooLong(bytes: 257))

@@ -46,25 +46,26 @@ final class PrefixTable {
 
     init(prefix: String) { self.prefix = prefix }
 
-    /// Applies one change newer than what the table holds; returns whether membership changed.
-    func apply(_ event: Beacon_V1_Event) -> (changed: Bool, membership: Bool) {
-        let key = event.change.key
-        guard event.revision > floor else { return (false, false) }
-        if !tombstones.isEmpty, let deleted = tombstones[key], deleted >= event.revision { return (false, false) }
-        if let kv = Beacon_V1_KeyValue(after: event) {
+    /// Applies one change of `key` at `revision` (`kv`, its state after the change; `nil` when
+    /// the change removed it) where it is newer than what the table holds; returns whether
+    /// anything and whether membership changed.
+    func apply(_ key: String, revision: UInt64, kv: Beacon_V1_KeyValue?) -> (changed: Bool, membership: Bool) {
+        guard revision > floor else { return (false, false) }
+        if !tombstones.isEmpty, let deleted = tombstones[key], deleted >= revision { return (false, false) }
+        if let kv {
             guard let previous = entries.updateValue(kv, forKey: key) else {
                 if !tombstones.isEmpty { tombstones[key] = nil }
                 for observer in observers { observer(key, kv) }
                 return (true, true)
             }
-            if previous.modRevision >= event.revision {  // a late older change: keep what was there
+            if previous.modRevision >= revision {  // a late older change: keep what was there
                 entries[key] = previous
                 return (false, false)
             }
             for observer in observers { observer(key, kv) }
             return (true, false)
         }
-        tombstones[key] = event.revision
+        tombstones[key] = revision
         guard entries.removeValue(forKey: key) != nil else { return (false, false) }
         for observer in observers { observer(key, nil) }
         return (true, true)
@@ -179,13 +180,14 @@ final class MirrorGraph {
         var touched: [ObjectIdentifier: (PrefixTable, Bool)] = [:]
         for event in events {
             let key = event.change.key
-            if let record = records[key], record.epoch == epoch, event.revision > record.revision {
-                record.revision = event.revision
-                let kv = Beacon_V1_KeyValue(after: event)
+            let revision = event.revision
+            let kv = Beacon_V1_KeyValue(after: event)  // once, for the key's record and every table
+            if !records.isEmpty, let record = records[key], record.epoch == epoch, revision > record.revision {
+                record.revision = revision
                 record.state.update { $0.kv = kv }
             }
             for table in tables.values where table.epoch == epoch && key.isUnder(table.prefix) {
-                let result = table.apply(event)
+                let result = table.apply(key, revision: revision, kv: kv)
                 if result.changed {
                     let id = ObjectIdentifier(table)
                     touched[id] = (table, (touched[id]?.1 ?? false) || result.membership)
@@ -219,19 +221,5 @@ final class MirrorGraph {
             table.synced.set(true)
             table.cached.set(false)
         }
-    }
-}
-
-extension String {
-    /// Whether the string's UTF-8 bytes start with `prefix`'s (Beacon's prefixes are byte prefixes).
-    func isUnder(_ prefix: String) -> Bool {
-        let count = prefix.utf8.count
-        guard count <= utf8.count else { return false }
-        if count == 0 { return true }
-        return utf8.withContiguousStorageIfAvailable { bytes in
-            prefix.utf8.withContiguousStorageIfAvailable { prefixBytes in
-                memcmp(bytes.baseAddress!, prefixBytes.baseAddress!, count) == 0
-            } ?? utf8.starts(with: prefix.utf8)
-        } ?? utf8.starts(with: prefix.utf8)
     }
 }
