@@ -5,7 +5,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct OrderingTests {
     /// Large batches commit on the commit thread, small ones inline. A small batch staged while a
     /// large one commits must still be published and answered after it (a regression: it was

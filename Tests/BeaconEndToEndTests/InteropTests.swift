@@ -15,7 +15,7 @@ private let pythonClientAvailable: Bool = {
         && runTool("/usr/bin/python3", ["-c", "import zmq, google.protobuf"]) == 0
 }()
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct InteropTests {
     @Test(.enabled(if: pythonClientAvailable, "needs python3-zmq, python3-protobuf and protoc (make deps)"))
     func aPythonClientWrittenFromProtoAloneWorks() throws {

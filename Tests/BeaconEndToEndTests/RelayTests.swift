@@ -520,7 +520,7 @@ struct RelayTests {
         // Reads behind it wait to see the write: 6,000 of about 215 bytes are 1.3 MB.
         let key = "p." + String(repeating: "x", count: 200)
         for _ in 0..<6000 { try piler.send(.get(.with { $0.key = key })) }
-        eventually("the relay closes the piling connection") { relay.stderr.contains("it piles requests up behind writes") }
+        eventually("the relay closes the piling connection", seconds: 60) { relay.stderr.contains("it piles requests up behind writes") }
         let other = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
         #expect(try other.ping().upstream.endpoint.hasSuffix("primary-run/beacon.req"), "another client is served")
         // The write's own answer may have left before the close (UPSTREAM_UNAVAILABLE once the
