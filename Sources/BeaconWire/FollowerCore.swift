@@ -465,8 +465,8 @@ public struct FollowerCore: Sendable {
 
     // MARK: Holding and releasing
 
-    /// A whole revision of one change under a follower's prefix: as ``hold(_:)-([Beacon_V1_Event])``
-    /// with one event, without an array in the common case.
+    /// A whole revision of one change under a follower's prefix: what holding `[event]` does,
+    /// without making the array in the common case.
     private mutating func hold(_ event: Beacon_V1_Event) {
         if mode != .ordered && event.parts == 1 && held.isEmpty && pendingSnapshots.isEmpty
             && (event.revision <= streamHead || event.revision <= releasedThrough) {
