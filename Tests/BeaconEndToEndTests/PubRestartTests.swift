@@ -141,9 +141,10 @@ struct PubRestartTests {
     @Test func throughARelayWhoseFrozenUpstreamIsKilledTheLinesStayInOrder() throws {
         let dir = try temporaryDirectory()
         // The relay forwards writes while it hears its upstream: for three of the upstream's
-        // heartbeat intervals and half a second after the freeze, 3.5 s here (0.8 s with the
-        // tests' usual 100 ms), time for a slow pub to send some more.
-        let slowHeartbeats = ["--heartbeat-ms", "1000"]
+        // heartbeat intervals and half a second after the freeze, 9.5 s here (0.8 s with the
+        // tests' usual 100 ms), time for a slow pub to send some more. With 1 s intervals the
+        // relay of a suite running at a load average near 20 forwarded too few.
+        let slowHeartbeats = ["--heartbeat-ms", "3000"]
         var (primary, relay) = try startPrimaryAndRelay(in: dir, primaryArguments: slowHeartbeats)
         defer { relay.stop(); primary.stop() }
         // Enough lines that pub still has writes to send when the upstream is frozen, however far
