@@ -5,7 +5,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct BadInputTests {
     @Test func everyBadRequestGetsItsErrorAndChangesNothing() async throws {
         let daemon = try TestDaemon()

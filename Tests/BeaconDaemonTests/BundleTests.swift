@@ -7,7 +7,7 @@ import Testing
 import BeaconTestSupport
 
 /// Bundles (proto/PROTOCOL.md §5.4): a group commit's diffs under a prefix in one message.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct BundleTests {
     /// Everything a subscriber received, in order, until a heartbeat at `revision` or later (it
     /// comes after every publication of that revision).

@@ -6,7 +6,7 @@ import BeaconZMQ
 import Foundation
 import Testing
 
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct GarbageTests {
     @Test func randomAndMutatedFramesNeverCrashTheDaemonNorChangeWhatTheyShouldNot() async throws {
         let daemon = try TestDaemon()

@@ -7,7 +7,7 @@ import BeaconTestSupport
 
 /// PROTOCOL.md §4.1: replies on one connection leave in request order, whatever their kind, and
 /// none reveals a write that is not durable yet.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct ReplyOrderTests {
     /// The requests of one round behind 200 pipelined puts: one of each reply kind, the refusals
     /// decided against the puts still being journaled.

@@ -51,7 +51,7 @@ func follow(_ follower: PrefixFollower, through revision: UInt64, timeoutSeconds
     }
 }
 
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct SequencingTests {
     @Test func aLateJoinerEndsWithExactlyTheDaemonsStateWhileWritesFlow() async throws {
         let daemon = try TestDaemon()

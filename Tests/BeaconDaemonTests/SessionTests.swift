@@ -6,7 +6,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct SessionTests {
     private let session: [UInt8] = Array("writer-1".utf8)
 

@@ -36,7 +36,7 @@ private final class DatagramSink {
 
 private struct OpeningFailed: Error {}
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct SystemdNotifierTests {
     /// A start-up step that lasts until `count` extensions arrived (or 30 s passed): a condition,
     /// not a length of time, so a loaded machine that schedules the extender late changes nothing.
@@ -95,7 +95,7 @@ struct SystemdNotifierTests {
     }
 }
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct WatchdogTests {
     /// The watchdog proved only that the loop ran: with libzmq's I/O thread blocked for good (as a
     /// monitor nobody read once made it), `WATCHDOG=1` kept arriving while no request was answered.

@@ -6,7 +6,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct WriteTests {
     @Test func anAcknowledgedWriteIsJournaledAndPublishedWithItsRevision() async throws {
         let daemon = try TestDaemon()
@@ -181,7 +181,7 @@ struct WriteTests {
     }
 }
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct PipelineTests {
     @Test func pipelinedWritesThroughATinyBatchAreAllAnsweredInOrder() async throws {
         let daemon = try TestDaemon { $0.maxBatch = 4 }

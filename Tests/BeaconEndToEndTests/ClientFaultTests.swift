@@ -279,7 +279,7 @@ struct ClientFaultTests {
 }
 
 /// The optional local journal: offline start and delta resume.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct LocalJournalTests {
     @Test func aClientStartedWhileTheDaemonIsDownShowsItsLastValuesThenResumesWithADelta() async throws {
         let dir = try temporaryDirectory()
@@ -349,7 +349,7 @@ extension LocalJournalTests {
 }
 
 /// Keys bound to a client's session: they live while the client does.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct ClientSessionTests {
     @Test func aSessionKeyOutlivesItsTimeoutWhileTheClientLivesAndGoesAfterKillNine() async throws {
         let dir = try temporaryDirectory()

@@ -14,6 +14,9 @@ final class TestClient: @unchecked Sendable {
         var configuration = BeaconConfiguration(runtimeDirectory: runtimeDirectory)
         configuration.delivery = .queue(queue)
         configuration.requestTimeout = .milliseconds(300)
+        // A write is re-sent every 300 ms until answered; a starved machine may take long to answer
+        // thousands at once, and no test here waits out a write's timeout.
+        configuration.writeTimeout = .seconds(120)
         configure(&configuration)
         client = try BeaconClient(configuration: configuration)
     }

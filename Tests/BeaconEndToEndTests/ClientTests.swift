@@ -5,7 +5,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct ClientTests {
     @Test func remoteSignalsComposeWithComputedAndEffect() async throws {
         let dir = try temporaryDirectory()

@@ -10,7 +10,7 @@ let libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 /// Intervals, deadlines and rates run on the monotonic clock: a wall-clock step back or forward
 /// neither stops heartbeats or the watchdog, nor ends sessions or TTLs early, nor traps.
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct ClockStepTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment["BEACON_SANITIZED_RUN"] == nil,
                    "libfaketime and ThreadSanitizer both intercept the clock: an instrumented beacond does not start under it"))

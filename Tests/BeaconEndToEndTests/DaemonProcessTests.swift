@@ -6,7 +6,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(2)), .serialized, .offThePool)
+@Suite(.timeLimit(.minutes(4)), .serialized, .offThePool)
 struct DaemonProcessTests {
     /// A SIGTERM that came once the daemon answered, but before the service group trapped the
     /// signal, ended the process at once: exit by signal 15, sockets left behind (seen on a

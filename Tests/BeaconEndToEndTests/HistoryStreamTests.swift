@@ -9,7 +9,7 @@ import BeaconTestSupport
 /// ``HistoryStream``'s hand-off between the client's I/O thread and the task iterating it: pages
 /// in order, an error after what came before it, and an end — told to the producer once — when
 /// the task is cancelled or the stream is dropped.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct HistoryStreamTests {
     static func change(_ revision: UInt64) -> HistoryEvent {
         .change(KeyChange(.with { $0.revision = revision; $0.change.key = "k"; $0.change.value.intValue = Int64(revision) }))

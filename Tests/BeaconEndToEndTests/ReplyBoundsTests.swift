@@ -57,7 +57,7 @@ func fillTwoMegabytes(_ client: WireClient, prefix: String) throws {
 /// Replies a peer never reads are bounded in bytes. The attack: batches of big `List`s on a
 /// connection that reads nothing made the daemon hold 300 MB. Now the connection is closed once
 /// its unread replies pass the bound, while other clients are served.
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct ReplyBoundsTests {
     @Test func aConnectionThatNeverReadsItsRepliesIsClosedWithinItsBound() throws {
         let (daemon, dir) = try daemonWithConfiguration("reply_buffer_bytes = 8388608")
@@ -209,7 +209,7 @@ extension AccessTests {
 /// reading while 1 MiB values are written made the daemon's memory grow from 29 MB to 1.6 GB in
 /// 15 s. Now the subscriber that does not read is closed once libzmq holds `publish_buffer_bytes`
 /// for it; one that reads is not.
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct SubscriberBoundsTests {
     @Test func aSubscriberThatNeverReadsIsClosedWithinTheBound() throws {
         let (daemon, dir) = try daemonWithConfiguration("publish_buffer_bytes = 33554432")

@@ -4,7 +4,7 @@ import BeaconWire
 import Foundation
 import Testing
 
-@Suite(.timeLimit(.minutes(2)), .offThePool)
+@Suite(.timeLimit(.minutes(4)), .offThePool)
 struct SubscriptionAccountingTests {
     /// A subscription to every key is granted as one topic per first byte; libzmq reports those
     /// topics when the connection closes.

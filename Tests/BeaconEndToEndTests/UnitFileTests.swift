@@ -8,7 +8,7 @@ private let strace = "/usr/bin/strace"
 private let setpriv = "/usr/bin/setpriv"
 
 /// The shipped unit, as `make install` writes it, checked by systemd's own tool.
-@Suite(.enabled(if: FileManager.default.isExecutableFile(atPath: systemdAnalyze), "systemd-analyze is not installed"), .timeLimit(.minutes(1)), .offThePool)
+@Suite(.enabled(if: FileManager.default.isExecutableFile(atPath: systemdAnalyze), "systemd-analyze is not installed"), .timeLimit(.minutes(3)), .offThePool)
 struct UnitFileTests {
     private func installedUnit() throws -> String {
         let dir = try temporaryDirectory()

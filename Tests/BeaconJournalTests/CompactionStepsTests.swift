@@ -73,7 +73,7 @@ private func log(_ journal: Journal) throws -> [String] {
     try journal.changes(prefix: "", from: 0, to: journal.headRevision, limit: 100_000).changes.map { "\($0.revision).\($0.part)" }
 }
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct CompactionStepsTests {
     @Test func everyStepLeavesSnapshotsAndNewerHistoryIntactAndTheEndMatchesOneShotCompaction() throws {
         let journal = try Journal(path: try temporaryDirectory() + "/j.sqlite")

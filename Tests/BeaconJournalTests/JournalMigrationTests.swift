@@ -5,7 +5,7 @@ import BeaconTestSupport
 
 /// Journals written by an older beacond open in this one with every change, the state and the
 /// write ids intact.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct JournalMigrationTests {
     /// Writes a schema-3 journal (the log keyed by `(revision, part)`) the way beacond 3 left it:
     /// a multi-key revision, a write id, a session, a delete, an expiry and a state table that

@@ -5,7 +5,7 @@ import BeaconTestSupport
 
 /// ``Journal/replaceContents(epoch:revision:entries:scope:)``: a relay's journal taking its upstream's
 /// state, then going on with the upstream's revisions.
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct JournalMirrorTests {
     static let entries = [
         JournalEntry(key: "a.x", value: Array("x".utf8), version: 3, createRevision: 2, modRevision: 40,

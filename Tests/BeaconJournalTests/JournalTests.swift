@@ -18,7 +18,7 @@ func delete(_ revision: UInt64, _ key: String) -> JournalChange {
     JournalChange(revision: revision, kind: .delete, key: key, version: 0, createRevision: 0, timestampMilliseconds: 1000)
 }
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct JournalTests {
     @Test func stateHeadAndEpochSurviveReopening() throws {
         let path = try temporaryDirectory() + "/j.sqlite"

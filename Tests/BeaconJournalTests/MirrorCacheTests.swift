@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import BeaconTestSupport
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct MirrorCacheTests {
     private func path() throws -> String {
         try makeTestDirectory("bcache") + "/mirror.sqlite"

@@ -5,7 +5,7 @@ import Testing
 @Suite("Threading: async values and the inbox", .timeLimit(.minutes(3)))
 struct ConcurrencyTests {
     @Test("values() yields the current value, then every change, and ends on cancellation",
-          .timeLimit(.minutes(1)))
+          .timeLimit(.minutes(3)))
     @MainActor
     func asyncValues() async {
         let source = MutableSignal(1)
@@ -30,7 +30,7 @@ struct ConcurrencyTests {
     }
 
     @Test("Writes posted from other threads land in one batch per drain, in order",
-          .timeLimit(.minutes(1)))
+          .timeLimit(.minutes(3)))
     func inbox() async {
         let a = MutableSignal(0)
         let b = MutableSignal(0)

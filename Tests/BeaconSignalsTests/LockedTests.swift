@@ -2,7 +2,7 @@ import BeaconLocking
 import Foundation
 import Testing
 
-@Suite("The package's lock", .timeLimit(.minutes(1)))
+@Suite("The package's lock", .timeLimit(.minutes(3)))
 struct LockedTests {
     /// Four threads contend for one lock around a plain array. Under `make test-race` this
     /// stops the run if ThreadSanitizer cannot see the lock's hand-offs, as it cannot see the

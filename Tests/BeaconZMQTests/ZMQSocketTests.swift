@@ -7,7 +7,7 @@ private func temporaryDirectory() throws -> String {
     try makeTestDirectory("bzmq")
 }
 
-@Suite(.timeLimit(.minutes(1)), .offThePool)
+@Suite(.timeLimit(.minutes(3)), .offThePool)
 struct ZMQSocketTests {
     @Test func pubSubDeliversTwoFrameMessagesByTopicPrefix() throws {
         let dir = try temporaryDirectory()
