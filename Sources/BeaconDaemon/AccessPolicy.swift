@@ -15,7 +15,7 @@ public struct PrefixSet: Sendable, Hashable, CustomStringConvertible {
     /// The keys under any of `prefixes`.
     public init(_ prefixes: [String]) {
         var kept: [String] = []
-        for prefix in Set(prefixes).sorted() where !kept.contains(where: { prefix.hasPrefix($0) }) {
+        for prefix in Set(prefixes).sorted() where !kept.contains(where: { prefix.isUnder($0) }) {
             kept.append(prefix)
         }
         self.prefixes = kept
@@ -28,12 +28,12 @@ public struct PrefixSet: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether `key` is in the set.
     public func contains(key: String) -> Bool {
-        prefixes.contains { key.utf8.starts(with: $0.utf8) }
+        prefixes.contains { key.isUnder($0) }
     }
 
     /// Whether every key under `prefix` is in the set.
     public func covers(prefix: String) -> Bool {
-        prefixes.contains { prefix.utf8.starts(with: $0.utf8) }
+        prefixes.contains { prefix.isUnder($0) }
     }
 
     /// The union of two sets.

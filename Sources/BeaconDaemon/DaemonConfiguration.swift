@@ -68,7 +68,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
         /// `[""]` for every key.
         public var carriedPrefixes: [String] {
             var carried: [String] = []
-            for prefix in Set(prefixes).sorted() where !carried.contains(where: { prefix.hasPrefix($0) }) {
+            for prefix in Set(prefixes).sorted() where !carried.contains(where: { prefix.isUnder($0) }) {
                 carried.append(prefix)  // sorted: a prefix comes before those under it
             }
             return carried.isEmpty ? [""] : carried

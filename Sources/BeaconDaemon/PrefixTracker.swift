@@ -118,13 +118,13 @@ struct PrefixTracker {
         for key in keys {
             var here: [String] = []
             if scan {
-                for prefix in tracked.keys where key.utf8.starts(with: prefix.utf8) { here.append(prefix) }
+                for prefix in tracked.keys where key.isUnder(prefix) { here.append(prefix) }
             } else {
                 let utf8 = key.utf8
                 for length in prefixLengths where length <= utf8.count {
                     // A length inside a character decodes to U+FFFD: checked byte for byte below.
                     let prefix = String(decoding: utf8.prefix(length), as: UTF8.self)
-                    if tracked[prefix] != nil, utf8.starts(with: prefix.utf8) { here.append(prefix) }
+                    if tracked[prefix] != nil, key.isUnder(prefix) { here.append(prefix) }
                 }
             }
             for prefix in here { counts[prefix, default: 0] += 1 }
@@ -152,7 +152,7 @@ struct PrefixTracker {
         var marks: [Beacon_V1_PrefixMark] = []
         var index = tracked.startIndex
         while index != tracked.endIndex {
-            if key.utf8.starts(with: tracked.keys[index].utf8) {
+            if key.isUnder(tracked.keys[index]) {
                 var mark = Beacon_V1_PrefixMark()
                 mark.prefix = tracked.keys[index]
                 mark.previousRevision = tracked.values[index].lastRevision

@@ -725,7 +725,7 @@ extension Beacon {
             var printed = 0
             let wanted = prefixes.isEmpty ? [""] : prefixes
             let prefix = Self.commonPrefix(wanted)
-            func isWanted(_ key: String) -> Bool { wanted.contains { key.utf8.starts(with: $0.utf8) } }
+            func isWanted(_ key: String) -> Bool { wanted.contains { key.isUnder($0) } }
             connection.run { (client) throws(WireError) in
                 // Subscribe and snapshot first: the replay then ends exactly where live changes begin.
                 let follower = try PrefixFollower(client: client, prefix: prefix, requestTimeoutMilliseconds: connection.timeout)

@@ -246,7 +246,7 @@ final class Publisher {
     /// - Returns: whether a bundle filled up.
     private func gather(_ diff: UnsafeMutableRawBufferPointer, key: String) -> Bool {
         var filled = false
-        for index in gathering.indices where key.utf8.starts(with: gathering[index].prefix.utf8) {
+        for index in gathering.indices where key.isUnder(gathering[index].prefix) {
             let length = WireEncoder.bundledSize(diffCount: diff.count)
             if !gathering[index].body.isEmpty && gathering[index].body.count + length > Self.bundleBytes {
                 gathering[index].full.append(gathering[index].body)

@@ -225,7 +225,7 @@ final class Relay: WriteAuthority {
                 case .revisions(_, let events):
                     for event in events { state[event.change.key] = Beacon_V1_KeyValue(after: event).map(Self.journalEntry) }
                 case .snapshot(let prefix, _, _, let kvs):
-                    state = state.filter { !$0.key.hasPrefix(prefix) }
+                    state = state.filter { !$0.key.isUnder(prefix) }
                     for kv in kvs { state[kv.key] = Self.journalEntry(kv) }
                 case .resumed:
                     break

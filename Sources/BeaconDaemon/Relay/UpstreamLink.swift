@@ -43,7 +43,7 @@ final class UpstreamLink {
 
         /// Whether `keyOrPrefix` lies under a followed prefix.
         func carries(_ keyOrPrefix: String) -> Bool {
-            prefixes.contains { keyOrPrefix.utf8.starts(with: $0.utf8) }
+            prefixes.contains { keyOrPrefix.isUnder($0) }
         }
 
         /// The followed prefixes as one number, kept in the journal with what was copied
