@@ -58,18 +58,20 @@ public enum KeyPath {
     private static func scan(_ bytes: UnsafeBufferPointer<UInt8>, asPrefix: Bool) -> Problem? {
         if bytes.isEmpty { return asPrefix ? nil : .empty }
         if bytes.count > WireLimits.maxKeyBytes { return .tooLong(bytes: bytes.count) }
-        var segmentLength = 0
-        for (offset, byte) in bytes.enumerated() {
+        // Where the current segment starts; a dot there ends an empty segment.
+        var segmentStart = 0
+        var offset = 0
+        while offset < bytes.count {
+            let byte = bytes[offset]
             if byte == UInt8(ascii: ".") {
-                if segmentLength == 0 { return .emptySegment(offset: offset) }
-                segmentLength = 0
-            } else if isSegmentByte(byte) {
-                segmentLength += 1
-            } else {
+                if offset == segmentStart { return .emptySegment(offset: offset) }
+                segmentStart = offset + 1
+            } else if !isSegmentByte(byte) {
                 return .invalidCharacter(byte, offset: offset)
             }
+            offset += 1
         }
-        if segmentLength == 0 && !asPrefix { return .emptySegment(offset: bytes.count) }
+        if segmentStart == bytes.count && !asPrefix { return .emptySegment(offset: bytes.count) }
         return nil
     }
 }
