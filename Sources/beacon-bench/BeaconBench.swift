@@ -333,6 +333,11 @@ struct DaemonBench: ParsableCommand {
         var p99s: [Double] = []
         var loadedP50s: [Double] = []
         var loadedP99s: [Double] = []
+        var loadedP999s: [Double] = []
+        var loadedMaxima: [Double] = []
+        var readP50s: [Double] = []
+        var readP999s: [Double] = []
+        var readMaxima: [Double] = []
         var loadRates: [Double] = []
         if only == "write-rate" {
             // As beacond does first thing (SQLite's memory statistics take a global mutex per allocation).
@@ -367,10 +372,16 @@ struct DaemonBench: ParsableCommand {
             usleep(200_000)
             let started = now()
             let loaded = try writeToSubscriberLatencies(daemon).sorted()
+            let reads = try readRoundTrips(daemon, seconds: 2).sorted()
             let background = load.stop()
             loadRates.append(Double(background) / (Double(now() - started) / 1e9 + 0.2))
             loadedP50s.append(percentile(loaded, 0.5))
             loadedP99s.append(percentile(loaded, 0.99))
+            loadedP999s.append(percentile(loaded, 0.999))
+            loadedMaxima.append(loaded.last ?? 0)
+            readP50s.append(percentile(reads, 0.5))
+            readP999s.append(percentile(reads, 0.999))
+            readMaxima.append(reads.last ?? 0)
         }
         func spread(_ values: [Double], _ show: (Double) -> String) -> String {
             "\(show(median(values))) [\(show(values.min()!))–\(show(values.max()!))]"
@@ -389,6 +400,11 @@ struct DaemonBench: ParsableCommand {
         print("| write request → diff at subscriber, p99 | \(spread(p99s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(p99s) / rawOneWay)) one-way |")
         print("| same under \(format(median(loadRates)))/s background writes, p50 | \(spread(loadedP50s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(loadedP50s) / rawOneWay)) one-way |")
         print("| same under \(format(median(loadRates)))/s background writes, p99 | \(spread(loadedP99s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(loadedP99s) / rawOneWay)) one-way |")
+        print("| same under \(format(median(loadRates)))/s background writes, p99.9 | \(spread(loadedP999s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(loadedP999s) / rawOneWay)) one-way |")
+        print("| same under \(format(median(loadRates)))/s background writes, slowest of \(samples) | \(spread(loadedMaxima) { String(format: "%.1f µs", $0) }) | |")
+        print("| `Get` round trip under \(format(median(loadRates)))/s background writes for 2 s, p50 | \(spread(readP50s) { String(format: "%.1f µs", $0) }) | \(String(format: "%.1f×", median(readP50s) / rawOneWay)) one-way |")
+        print("| the same, p99.9 | \(spread(readP999s) { String(format: "%.1f µs", $0) }) | |")
+        print("| the same, slowest | \(spread(readMaxima) { String(format: "%.1f µs", $0) }) | |")
     }
 
     private func value(_ i: Int) -> Beacon_V1_Value {
@@ -471,6 +487,21 @@ struct DaemonBench: ParsableCommand {
         let start = now()
         for i in 0..<count { _ = try client.put("bench.serial.\(i % keys)", value(i)) }
         return Double(count) / (Double(now() - start) / 1e9)
+    }
+
+    /// One `Get` at a time for `seconds`: each one's round trip, µs. The loop reads the key from
+    /// memory, and the reply leaves once the writes it reflects are journaled: a slow one waited
+    /// for a commit (one that checkpoints SQLite's write-ahead log syncs two files).
+    private func readRoundTrips(_ daemon: DaemonUnderTest, seconds: Double) throws -> [Double] {
+        let reader = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
+        var roundTrips: [Double] = []
+        let end = now() + UInt64(seconds * 1e9)
+        while true {
+            let start = now()
+            guard start < end else { return roundTrips }
+            _ = try reader.get("bench.load.1")
+            roundTrips.append(Double(now() - start) / 1000)
+        }
     }
 
     /// One write at a time; time from sending the request to the diff arriving at a subscriber.
