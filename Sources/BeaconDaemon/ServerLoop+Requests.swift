@@ -97,6 +97,13 @@ extension ServerLoop {
             }
         case nil:
             reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
+        case .get(let get):
+            answerGet(get, id: request.id, route: route, context: context)
+        case .ping where writes.durableRevision < writes.headRevision && mayAnswerAtDurableRevision(route):
+            var reply = Beacon_V1_Reply()
+            reply.id = request.id
+            reply.ping = ping(headRevision: writes.durableRevision)
+            writes.queue(.answer(reply, dependsOnStaged: false), to: route, decidedAt: writes.durableRevision)
         case .some(let op):
             // Reads see only committed state: commit what is staged first.
             writes.flush()
@@ -156,32 +163,64 @@ extension ServerLoop {
         return rejection
     }
 
+    /// Whether a read of `route`'s connection may be answered now from durable state, at the
+    /// durable revision, though writes are staged or committing: nothing of its connection waits
+    /// ahead of it. No client has been told of a revision above the durable one (replies and
+    /// publications name none), so such an answer is linearizable, and the read need not wait for
+    /// a commit (one that checkpoints SQLite's log takes tens of milliseconds).
+    private func mayAnswerAtDurableRevision(_ route: ReplyRoute) -> Bool {
+        let durable = writes.durableRevision
+        return writes.replies.mayLeaveAtOnce(to: route, decidedAt: durable, durableRevision: durable)
+    }
+
+    /// Answers a `Get` from memory, never waiting on the loop for a commit: at the durable
+    /// revision when no write in flight changes the key and nothing of its connection waits
+    /// (``mayAnswerAtDurableRevision(_:)``); otherwise against the staged head, its reply leaving
+    /// once that is journaled — or, if those writes roll back, answered as retryable.
+    private func answerGet(_ get: Beacon_V1_Get, id: UInt64, route: ReplyRoute, context: RequestContext) {
+        let durable = writes.durableRevision, head = writes.headRevision
+        // Decided against writes not yet journaled: it must not outlive their rollback.
+        var dependsOnStaged = false
+        do throws(Refusal) {
+            if let problem = KeyPath.problem(key: get.key) { throw Refusal(.invalidKey, problem.description, key: get.key) }
+            try checkRead(key: get.key, context: context)
+            let entry = writes.store.live(get.key)
+            let atDurable = durable == head || (entry.map { $0.modRevision <= durable } ?? false) && mayAnswerAtDurableRevision(route)
+            dependsOnStaged = !atDurable
+            guard let entry else { throw Refusal(.notFound, "key '\(get.key)' does not exist", key: get.key) }
+            var result = Beacon_V1_GetReply()
+            result.kv = try keyValue(get.key, entry)
+            result.revision = atDurable ? durable : head
+            var reply = Beacon_V1_Reply()
+            reply.id = id
+            reply.get = result
+            writes.queue(.answer(reply, dependsOnStaged: dependsOnStaged), to: route, decidedAt: atDurable ? durable : head)
+        } catch {
+            refuse(id, error, route: route, dependsOnStaged: dependsOnStaged)
+        }
+    }
+
+    private func ping(headRevision: UInt64) -> Beacon_V1_PingReply {
+        .with {
+            $0.protocolVersion = WireLimits.protocolVersion
+            $0.epoch = writes.epoch
+            $0.instance = stats.instance
+            $0.headRevision = headRevision
+            $0.compactedRevision = writes.pipeline.compactedRevision
+            $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
+            $0.daemonVersion = BeaconVersion.string
+            if let upstream = authority.upstreamStatus { $0.upstream = upstream }
+            $0.bundles = true
+        }
+    }
+
     /// Answers a read, snapshot, history, stats or admin request.
     private func answer(_ op: Beacon_V1_Request.OneOf_Op, context: RequestContext) throws(Refusal) -> Beacon_V1_Reply {
         var reply = Beacon_V1_Reply()
         let now = clock.now()
         switch op {
         case .ping:
-            reply.ping = .with {
-                $0.protocolVersion = WireLimits.protocolVersion
-                $0.epoch = writes.epoch
-                $0.instance = stats.instance
-                $0.headRevision = writes.headRevision
-                $0.compactedRevision = writes.pipeline.compactedRevision
-                $0.heartbeatIntervalMs = live.heartbeatIntervalMilliseconds
-                $0.daemonVersion = BeaconVersion.string
-                if let upstream = authority.upstreamStatus { $0.upstream = upstream }
-                $0.bundles = true
-            }
-
-        case .get(let get):
-            if let problem = KeyPath.problem(key: get.key) { throw Refusal(.invalidKey, problem.description, key: get.key) }
-            try checkRead(key: get.key, context: context)
-            guard let entry = writes.store.live(get.key) else { throw Refusal(.notFound, "key '\(get.key)' does not exist", key: get.key) }
-            var result = Beacon_V1_GetReply()
-            result.kv = try keyValue(get.key, entry)
-            result.revision = writes.headRevision
-            reply.get = result
+            reply.ping = ping(headRevision: writes.headRevision)
 
         case .list(let list):
             try checkPrefix(list.prefix)
@@ -218,6 +257,8 @@ extension ServerLoop {
             }
             reply.stats = statsReply(now: now)
 
+        case .get:
+            preconditionFailure("answered by answerGet(_:id:route:context:)")
         case .put, .delete, .txn, .keepAlive, .batch, .compact, .backup:
             preconditionFailure("writes and KeepAlives go to the write authority, batches are unpacked, compactions and backups scheduled")
         }

@@ -57,6 +57,31 @@ struct ReplyQueueTests {
         #expect(queue.count == 0)
     }
 
+    /// A durable reply waits only behind its own connection's: another connection's replies
+    /// waiting for a commit do not hold it, whichever connections came and went before.
+    @Test func aDurableReplyWaitsOnlyBehindItsOwnConnection() {
+        var queue = ReplyQueue()
+        let wire = Wire()
+        queue.enqueue(.oneKeyWrite(id: 1, revision: 5, version: 1), to: Self.route("a"), decidedAt: 5, durableRevision: 4, deliver: wire.deliver)
+        queue.enqueue(.ping(2), to: Self.route("b"), decidedAt: 4, durableRevision: 4, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [2], "nothing of b waits: at once")
+        queue.enqueue(.ping(3), to: Self.route("a"), decidedAt: 4, durableRevision: 4, deliver: wire.deliver)
+        queue.enqueue(.ping(4), to: Self.route("b"), decidedAt: 5, durableRevision: 4, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [2], "behind a's write, or not durable: they wait")
+        // Replies of 200 connections in turn, some of them released: who still waits is known.
+        for index in 0..<200 {
+            queue.enqueue(.oneKeyWrite(id: UInt64(10 + index), revision: UInt64(6 + index), version: 1), to: Self.route("c\(index)"),
+                          decidedAt: UInt64(6 + index), durableRevision: 4, deliver: wire.deliver)
+        }
+        queue.release(durableRevision: 105, deliver: wire.deliver)
+        #expect(wire.sent.map(\.id) == [2, 1, 3, 4] + (10..<110).map { UInt64($0) })
+        for (connection, waits) in [("a", false), ("b", false), ("c0", false), ("c99", false), ("c100", true), ("c199", true)] {
+            #expect(queue.mayLeaveAtOnce(to: Self.route(connection), decidedAt: 105, durableRevision: 105) == !waits, "\(connection)")
+        }
+        queue.release(durableRevision: 205, deliver: wire.deliver)
+        #expect(queue.count == 0 && queue.mayLeaveAtOnce(to: Self.route("c199"), decidedAt: 205, durableRevision: 205))
+    }
+
     @Test func aRollbackAnswersWritesAndWhatWasDecidedAgainstThemAsRetryable() {
         var queue = ReplyQueue()
         let wire = Wire()

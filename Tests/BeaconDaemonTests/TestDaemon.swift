@@ -20,8 +20,10 @@ final class TestDaemon {
     /// A daemon on new temporary directories, or on those of an earlier one (`reopening`).
     /// - Parameter clock: the daemon's clock (a ``ManualClock`` moves only when the test moves
     ///   it: after moving it, any request makes the daemon fire what came due); the machine's by default.
+    /// - Parameter journal: wraps the daemon's journal (one that fails or holds commits, say).
     init(reopening existing: String? = nil, clock: (any DaemonClock)? = nil,
-         _ configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+         _ configure: (inout DaemonConfiguration) -> Void = { _ in },
+         journal wrap: ((Journal) -> any JournalStore)? = nil) throws {
         directory = try existing ?? temporaryDirectory()
         var configuration = DaemonConfiguration(runtimeDirectory: directory + "/run", stateDirectory: directory + "/state")
         configuration.heartbeatIntervalMilliseconds = 100
@@ -31,9 +33,10 @@ final class TestDaemon {
         configure(&configuration)
         var logger = Logger(label: "test-beacond")
         logger.logLevel = .critical
-        if let clock {
-            server = try BeaconServer(configuration: configuration, logger: logger, clock: clock) { config throws(JournalError) in
-                try Journal(path: config.journalPath, durability: config.durability)
+        if clock != nil || wrap != nil {
+            server = try BeaconServer(configuration: configuration, logger: logger, clock: clock ?? SystemClock.shared) { config throws(JournalError) in
+                let journal = try Journal(path: config.journalPath, durability: config.durability)
+                return wrap?(journal) ?? journal
             }
         } else {
             server = try BeaconServer(configuration: configuration, logger: logger)

@@ -1,6 +1,7 @@
 import BeaconDaemon
 import BeaconJournal
 import BeaconLocking
+import Dispatch
 
 /// A real journal (SQLite, in a file) whose commits a test can make fail, as a full disk or an
 /// unwritable file would: what the daemon does then — undo, refuse, back off, recover — is seen
@@ -30,7 +31,34 @@ public final class FaultInjectingJournal: JournalStore {
         faults.withLock { ($0.commits, $0.failed) }
     }
 
+    /// Holds every commit from now on, on whichever thread makes it, until ``releaseCommits()``:
+    /// a commit that takes as long as the test needs (a slow disk's, a checkpoint's).
+    public func holdCommits() {
+        gate.withLock { $0 = DispatchSemaphore(value: 0) }
+    }
+
+    /// Lets held commits, and later ones, go on.
+    public func releaseCommits() {
+        let held = gate.withLock { gate -> DispatchSemaphore? in
+            defer { gate = nil }
+            return gate
+        }
+        held?.signal()
+    }
+
+    /// Commits waiting at the gate now.
+    public var heldCommits: Int { waiting.withLock { $0 } }
+
+    private let gate = Locked<DispatchSemaphore?>(nil)
+    private let waiting = Locked(0)
+
     public func append(contentsOf chunks: [[JournalChange]]) throws(JournalError) {
+        if let held = gate.withLock({ $0 }) {
+            waiting.withLock { $0 += 1 }
+            held.wait()
+            held.signal()  // the next commit held by the same gate goes on too
+            waiting.withLock { $0 -= 1 }
+        }
         let failing = faults.withLock { state -> JournalError? in
             if state.failing != nil { state.failed += 1 } else { state.commits += 1 }
             return state.failing

@@ -45,26 +45,62 @@ struct ReplyQueue {
     /// Connections with a held place: their replies queue here, behind it, by routing id.
     private var holding: [RoutingID: [Entry]] = [:]
     private var nextTicket: UInt64 = 0
+    /// Which connections have replies in `entries`: each one's last entry, by its number (the
+    /// entries appended before it). Still there while at or after the first entry's number; the
+    /// last connection to queue is kept apart, so that one writer's stream of replies costs no
+    /// table update each.
+    private var lastQueued: (connection: RoutingID, number: UInt64)?
+    private var lastQueuedByConnection: [RoutingID: UInt64] = [:]
+    /// Table entries left after the last pass that dropped those no longer in `entries`.
+    private var keptByLastPrune = 0
 
     /// Replies waiting, held places included.
     var count: Int { entries.count + holding.values.reduce(0) { $0 + $1.count } }
 
     /// Whether a reply to `route` decided at `revision` may leave at once, unqueued: it is durable,
-    /// and nothing of its connection can be ahead of it (only entries waiting for a commit, or a
-    /// place its own connection holds).
+    /// and nothing of its connection is ahead of it (an entry waiting for a commit, or a place its
+    /// connection holds). Replies to other connections may wait meanwhile: each connection's
+    /// replies keep their order, and none leaves early.
     func mayLeaveAtOnce(to route: ReplyRoute, decidedAt revision: UInt64, durableRevision: UInt64) -> Bool {
-        guard entries.isEmpty && revision <= durableRevision else { return false }
-        return holding.isEmpty || holding[route.connection] == nil
+        guard revision <= durableRevision else { return false }
+        if entries.isEmpty && holding.isEmpty { return true }
+        let connection = route.connection
+        return !hasQueued(connection) && (holding.isEmpty || holding[connection] == nil)
+    }
+
+    /// Whether `connection` has a reply in `entries`.
+    private func hasQueued(_ connection: RoutingID) -> Bool {
+        guard !entries.isEmpty else { return false }
+        let first = entries.appended - UInt64(entries.count)
+        if let lastQueued, lastQueued.connection == connection { return lastQueued.number >= first }
+        guard let number = lastQueuedByConnection[connection] else { return false }
+        return number >= first
     }
 
     /// Queues `reply`, decided against state at `revision`, behind everything decided before it
     /// (``mayLeaveAtOnce(to:decidedAt:durableRevision:)`` says when it need not wait).
     mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64) {
-        if !holding.isEmpty, case let connection = route.connection, holding[connection] != nil {
+        let connection = route.connection
+        if !holding.isEmpty, holding[connection] != nil {
             holding[connection]!.append(Entry(route: route, reply: reply, revision: revision))
         } else {
+            noteQueued(connection, number: entries.appended)
             entries.append(Entry(route: route, reply: reply, revision: revision))
         }
+    }
+
+    /// Records that entry `number` of `entries` is `connection`'s.
+    private mutating func noteQueued(_ connection: RoutingID, number: UInt64) {
+        if let previous = lastQueued, previous.connection != connection {
+            lastQueuedByConnection[previous.connection] = previous.number
+            // Connections whose replies have all left are dropped now and then, not one by one.
+            if lastQueuedByConnection.count > max(64, 2 * keptByLastPrune) {
+                let first = entries.appended - UInt64(entries.count)
+                lastQueuedByConnection = lastQueuedByConnection.filter { $0.value >= first }
+                keptByLastPrune = lastQueuedByConnection.count
+            }
+        }
+        lastQueued = (connection, number)
     }
 
     /// Keeps a place for a reply that ``fill(_:with:durableRevision:deliver:)`` gives later; the
@@ -106,6 +142,10 @@ struct ReplyQueue {
         while let revision = entries.firstRevision, revision <= durableRevision {
             let entry = entries.removeFirst()
             deliver(entry.route, entry.reply)
+        }
+        if entries.isEmpty && !lastQueuedByConnection.isEmpty {
+            lastQueuedByConnection.removeAll(keepingCapacity: true)
+            keptByLastPrune = 0
         }
     }
 
@@ -158,6 +198,8 @@ struct ReplyQueue {
         private var capacity = 64
         private var first = 0
         private(set) var count = 0
+        /// Entries ever appended: the next one's number.
+        private(set) var appended: UInt64 = 0
 
         init() { slots = .allocate(capacity: capacity) }
 
@@ -173,6 +215,7 @@ struct ReplyQueue {
             if count == capacity { grow() }
             (slots + ((first + count) & (capacity - 1))).initialize(to: entry)
             count += 1
+            appended += 1
         }
 
         func removeFirst() -> Entry {
