@@ -49,7 +49,9 @@ struct ReplyQueue {
     /// entries appended before it). Still there while at or after the first entry's number; the
     /// last connection to queue is kept apart, so that one writer's stream of replies costs no
     /// table update each.
-    private var lastQueued: (connection: RoutingID, number: UInt64)?
+    private var lastQueuedConnection = RoutingID(UnsafeRawBufferPointer(start: nil, count: 0))
+    /// `lastQueuedConnection`'s last entry; `nil` before any.
+    private var lastQueuedNumber: UInt64?
     private var lastQueuedByConnection: [RoutingID: UInt64] = [:]
     /// Table entries left after the last pass that dropped those no longer in `entries`.
     private var keptByLastPrune = 0
@@ -72,7 +74,7 @@ struct ReplyQueue {
     private func hasQueued(_ connection: RoutingID) -> Bool {
         guard !entries.isEmpty else { return false }
         let first = entries.appended - UInt64(entries.count)
-        if let lastQueued, lastQueued.connection == connection { return lastQueued.number >= first }
+        if let number = lastQueuedNumber, lastQueuedConnection == connection { return number >= first }
         guard let number = lastQueuedByConnection[connection] else { return false }
         return number >= first
     }
@@ -80,19 +82,21 @@ struct ReplyQueue {
     /// Queues `reply`, decided against state at `revision`, behind everything decided before it
     /// (``mayLeaveAtOnce(to:decidedAt:durableRevision:)`` says when it need not wait).
     mutating func enqueue(_ reply: consuming PendingReply, to route: consuming ReplyRoute, decidedAt revision: UInt64) {
-        let connection = route.connection
-        if !holding.isEmpty, holding[connection] != nil {
+        if !holding.isEmpty, case let connection = route.connection, holding[connection] != nil {
             holding[connection]!.append(Entry(route: route, reply: reply, revision: revision))
         } else {
-            noteQueued(connection, number: entries.appended)
+            noteQueued(route, number: entries.appended)
             entries.append(Entry(route: route, reply: reply, revision: revision))
         }
     }
 
-    /// Records that entry `number` of `entries` is `connection`'s.
-    private mutating func noteQueued(_ connection: RoutingID, number: UInt64) {
-        if let previous = lastQueued, previous.connection != connection {
-            lastQueuedByConnection[previous.connection] = previous.number
+    /// Records that entry `number` of `entries` goes to `route`'s connection.
+    @inline(__always)
+    private mutating func noteQueued(_ route: ReplyRoute, number: UInt64) {
+        let connection = route.connection
+        if lastQueuedConnection != connection {
+            if let previous = lastQueuedNumber { lastQueuedByConnection[lastQueuedConnection] = previous }
+            lastQueuedConnection = connection
             // Connections whose replies have all left are dropped now and then, not one by one.
             if lastQueuedByConnection.count > max(64, 2 * keptByLastPrune) {
                 let first = entries.appended - UInt64(entries.count)
@@ -100,7 +104,7 @@ struct ReplyQueue {
                 keptByLastPrune = lastQueuedByConnection.count
             }
         }
-        lastQueued = (connection, number)
+        lastQueuedNumber = number
     }
 
     /// Keeps a place for a reply that ``fill(_:with:durableRevision:deliver:)`` gives later; the
