@@ -19,11 +19,11 @@ struct OrderingTests {
             journal.withLock { $0 = wrapped }
             return wrapped
         })
-        let held = try #require(journal.withLock { $0 })
         defer {
-            held.releaseCommits()
+            journal.withLock { $0 }?.releaseCommits()
             daemon.stopNow()
         }
+        let held = try #require(journal.withLock { $0 })
         let writer = try daemon.client(), reader = try daemon.client()
         let durable = try writer.put("r.x", .int(1)).revision
         // More writes than the loop commits inline: they commit on the commit thread, held there.

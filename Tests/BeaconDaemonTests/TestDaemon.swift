@@ -33,13 +33,9 @@ final class TestDaemon {
         configure(&configuration)
         var logger = Logger(label: "test-beacond")
         logger.logLevel = .critical
-        if clock != nil || wrap != nil {
-            server = try BeaconServer(configuration: configuration, logger: logger, clock: clock ?? SystemClock.shared) { config throws(JournalError) in
-                let journal = try Journal(path: config.journalPath, durability: config.durability)
-                return wrap?(journal) ?? journal
-            }
-        } else {
-            server = try BeaconServer(configuration: configuration, logger: logger)
+        server = try BeaconServer(configuration: configuration, logger: logger, clock: clock ?? SystemClock.shared) { config throws(JournalError) in
+            let journal = try Journal(path: config.journalPath, durability: config.durability)
+            return wrap?(journal) ?? journal
         }
         // A child another test is starting holds a copy of this process's descriptors until it
         // execs, the instance lock of a daemon stopped here a moment ago among them: the lock

@@ -73,10 +73,9 @@ struct ReplyQueue {
     /// Whether `connection` has a reply in `entries`.
     private func hasQueued(_ connection: RoutingID) -> Bool {
         guard !entries.isEmpty else { return false }
-        let first = entries.appended - UInt64(entries.count)
-        if let number = lastQueuedNumber, lastQueuedConnection == connection { return number >= first }
+        if let number = lastQueuedNumber, lastQueuedConnection == connection { return number >= entries.firstNumber }
         guard let number = lastQueuedByConnection[connection] else { return false }
-        return number >= first
+        return number >= entries.firstNumber
     }
 
     /// Queues `reply`, decided against state at `revision`, behind everything decided before it
@@ -99,7 +98,7 @@ struct ReplyQueue {
             lastQueuedConnection = connection
             // Connections whose replies have all left are dropped now and then, not one by one.
             if lastQueuedByConnection.count > max(64, 2 * keptByLastPrune) {
-                let first = entries.appended - UInt64(entries.count)
+                let first = entries.firstNumber
                 lastQueuedByConnection = lastQueuedByConnection.filter { $0.value >= first }
                 keptByLastPrune = lastQueuedByConnection.count
             }
@@ -204,6 +203,8 @@ struct ReplyQueue {
         private(set) var count = 0
         /// Entries ever appended: the next one's number.
         private(set) var appended: UInt64 = 0
+        /// The number of the first entry waiting (`appended` when none does).
+        var firstNumber: UInt64 { appended - UInt64(count) }
 
         init() { slots = .allocate(capacity: capacity) }
 
