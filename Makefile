@@ -33,7 +33,7 @@ help:
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"
 	@echo "make bench-relay   latency per relay hop; fan-out through relays vs all on the primary"
-	@echo "make bench-etcd    writes through an etcd front vs direct gRPC puts; front → front latency vs etcd put → watch"
+	@echo "make bench-etcd    writes through an etcd front vs direct gRPC puts and its transaction followed; front → front latency vs put → watch"
 	@echo "make bench-python  the Python client's mirror: updates/s and write → callback latency vs raw pyzmq"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"
@@ -155,8 +155,9 @@ bench-python: release
 bench-relay: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" relay
 
-# Writes through an etcd front beside the same Swift gRPC client putting to etcd directly, and a
-# write at one front → diff at another's subscriber beside etcd's put → watch event.
+# Writes through an etcd front beside the same Swift gRPC client putting to etcd directly and
+# sending the front's own transactions while both fronts follow them; a write at one front →
+# diff at another's subscriber beside etcd's put → watch event.
 bench-etcd: release
 	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" etcd
 

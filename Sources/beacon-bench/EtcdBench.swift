@@ -1,4 +1,5 @@
 import ArgumentParser
+import BeaconDaemon
 import BeaconEtcd
 import BeaconLocking
 import BeaconProtocol
@@ -6,11 +7,12 @@ import BeaconWire
 import Foundation
 
 /// etcd fronts beside etcd itself: writes through a front against the same Swift gRPC client
-/// putting directly to etcd at the same concurrency (the ceiling), and a write at one front to
-/// the diff at a subscriber of another against etcd's own put → watch event.
+/// putting directly to etcd at the same concurrency (the ceiling) and sending the front's own
+/// transactions to etcd while both fronts follow them (the ceiling of a front's write); and a
+/// write at one front to the diff at a subscriber of another against etcd's own put → watch event.
 struct EtcdBench: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "etcd", abstract: "Writes through an etcd front vs direct gRPC puts; front-to-front latency vs put → watch.")
+        commandName: "etcd", abstract: "Writes through an etcd front vs direct gRPC puts and its own transaction followed; front-to-front latency vs put → watch.")
 
     @Option(help: "Concurrent writers (one connection each).") var writers = 8
     @Option(help: "Seconds each write-rate measurement lasts.") var seconds = 5.0
@@ -20,8 +22,9 @@ struct EtcdBench: ParsableCommand {
     func run() throws {
         print("beacon-bench etcd: a three-member etcd cluster (Debian's etcd \(Self.etcdVersion())) on Unix sockets, its data in /tmp; "
             + "two fronts (beacond --etcd-endpoints, every member); \(writers) writers for \(seconds) s, \(samples) latency samples, \(runs) runs")
-        var frontRate: [Double] = [], directRate: [Double] = []
+        var frontRate: [Double] = [], directRate: [Double] = [], followedRate: [Double] = []
         var frontP50: [Double] = [], frontP99: [Double] = [], directP50: [Double] = [], directP99: [Double] = []
+        var followedP50: [Double] = [], followedP99: [Double] = []
         var acrossP50: [Double] = [], acrossP99: [Double] = [], watchP50: [Double] = [], watchP99: [Double] = []
         for run in 1...runs {
             let directory = temporaryDirectory()
@@ -36,10 +39,15 @@ struct EtcdBench: ParsableCommand {
             for front in fronts { try Self.waitUntilReachable(front.runtimeDirectory) }
 
             let direct = try Self.directPuts(cluster: cluster, writers: writers, seconds: seconds)
+            let followed = try Self.followedTransactions(cluster: cluster, fronts: fronts.map(\.runtimeDirectory), writers: writers,
+                                                         seconds: seconds)
             let front = try Self.frontPuts(runtimeDirectory: fronts[0].runtimeDirectory, writers: writers, seconds: seconds)
             let across = try Self.frontToFront(from: fronts[0].runtimeDirectory, to: fronts[1].runtimeDirectory, samples: samples)
             let watched = try Self.putToWatch(cluster: cluster, samples: samples)
             directRate.append(direct.rate)
+            followedRate.append(followed.rate)
+            followedP50.append(percentile(followed.latencies, 0.5))
+            followedP99.append(percentile(followed.latencies, 0.99))
             frontRate.append(front.rate)
             directP50.append(percentile(direct.latencies, 0.5))
             directP99.append(percentile(direct.latencies, 0.99))
@@ -49,18 +57,21 @@ struct EtcdBench: ParsableCommand {
             acrossP99.append(percentile(across, 0.99))
             watchP50.append(percentile(watched, 0.5))
             watchP99.append(percentile(watched, 0.99))
-            print(String(format: "  run %d: writes/s %@ through a front, %@ direct (%.0f%%); write p50 %.0f / %.0f µs; "
-                + "front a → subscriber of front b p50 %.0f µs, etcd put → watch p50 %.0f µs", run, format(front.rate), format(direct.rate),
-                100 * front.rate / direct.rate, frontP50.last!, directP50.last!, acrossP50.last!, watchP50.last!))
+            print(String(format: "  run %d: writes/s %@ through a front, %@ the front's transaction followed, %@ direct (%.0f%%, %.0f%%); "
+                + "write p50 %.0f / %.0f / %.0f µs; front a → subscriber of front b p50 %.0f µs, etcd put → watch p50 %.0f µs",
+                run, format(front.rate), format(followed.rate), format(direct.rate), 100 * front.rate / direct.rate,
+                100 * followed.rate / direct.rate, frontP50.last!, followedP50.last!, directP50.last!, acrossP50.last!, watchP50.last!))
         }
         print("")
-        print("| figure (median of \(runs) runs, \(writers) writers) | through a front | etcd directly (ceiling) | front ÷ ceiling |")
-        print("| --- | --- | --- | --- |")
-        print(String(format: "| acknowledged writes/s | %@ | %@ | %.0f%% |", format(median(frontRate)), format(median(directRate)),
-                     100 * median(frontRate) / median(directRate)))
-        print(String(format: "| write latency p50 / p99 | %.0f / %.0f µs | %.0f / %.0f µs | +%.0f / +%.0f µs |", median(frontP50), median(frontP99),
-                     median(directP50), median(directP99), median(frontP50) - median(directP50), median(frontP99) - median(directP99)))
-        print(String(format: "| write → change seen elsewhere, p50 / p99 | %.0f / %.0f µs (front a → subscriber of front b) | %.0f / %.0f µs (put → watch event) | +%.0f / +%.0f µs |",
+        print("| figure (median of \(runs) runs, \(writers) writers) | through a front | the front's transaction sent to etcd, both fronts following | etcd directly (ceiling) | front ÷ ceiling | followed ÷ ceiling |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        print(String(format: "| acknowledged writes/s | %@ | %@ | %@ | %.0f%% | %.0f%% |", format(median(frontRate)), format(median(followedRate)),
+                     format(median(directRate)), 100 * median(frontRate) / median(directRate), 100 * median(followedRate) / median(directRate)))
+        print(String(format: "| write latency p50 / p99 | %.0f / %.0f µs | %.0f / %.0f µs | %.0f / %.0f µs | +%.0f / +%.0f µs | +%.0f / +%.0f µs |",
+                     median(frontP50), median(frontP99), median(followedP50), median(followedP99), median(directP50), median(directP99),
+                     median(frontP50) - median(directP50), median(frontP99) - median(directP99),
+                     median(followedP50) - median(directP50), median(followedP99) - median(directP99)))
+        print(String(format: "| write → change seen elsewhere, p50 / p99 | %.0f / %.0f µs (front a → subscriber of front b) | | %.0f / %.0f µs (put → watch event) | +%.0f / +%.0f µs | |",
                      median(acrossP50), median(acrossP99), median(watchP50), median(watchP99),
                      median(acrossP50) - median(watchP50), median(acrossP99) - median(watchP99)))
     }
@@ -123,11 +134,52 @@ struct EtcdBench: ParsableCommand {
 
     /// The ceiling: `writers` tasks each putting in turn through one Swift gRPC client to etcd.
     static func directPuts(cluster: BenchEtcdCluster, writers: Int, seconds: Double) throws -> (rate: Double, latencies: [Double]) {
+        let value = Data(repeating: 0x76, count: 64)
+        return try transactions(cluster: cluster, writers: writers, seconds: seconds, what: "direct puts") { writer, index, _ in
+            .with { $0.success = [.with { $0.requestPut = .with { $0.key = Data("direct/w\(writer).\(index % 1000)".utf8); $0.value = value } }] }
+        }
+    }
+
+    /// The front's own transaction for each put, sent as ``directPuts`` sends its puts, under the
+    /// prefix both fronts follow: what etcd and the following fronts spend on a front's writes,
+    /// without the front that forwards them. Returns once both fronts' journals show them all.
+    static func followedTransactions(cluster: BenchEtcdCluster, fronts: [String], writers: Int,
+                                     seconds: Double) throws -> (rate: Double, latencies: [Double]) {
+        let prefix = DaemonConfiguration.EtcdSettings(endpoints: []).prefix
+        let value = Beacon_V1_Value.with { $0.stringValue = String(repeating: "v", count: 64) }
+        let result = try transactions(cluster: cluster, writers: writers, seconds: seconds, what: "front transactions") { writer, index, lease in
+            let put = Beacon_V1_Put.with {
+                $0.key = "bench.d\(writer).\(index % 1000)"
+                $0.value = value
+                $0.writeID = Data("d\(writer)-\(index)".utf8)
+            }
+            return try EtcdFrontTransaction.put(put, peer: "bench", prefix: prefix, nowMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000),
+                                                 writeIDLease: lease)
+        }
         let client = try EtcdClient(endpoints: try cluster.endpoints.map { try EtcdEndpoint(parsing: $0) })
         defer { client.close() }
-        let value = Data(repeating: 0x76, count: 64)
+        let head = UInt64(try blocking { try await client.status() }.header.revision)
+        for front in fronts {
+            let wire = try WireClient(runtimeDirectory: front)
+            var shown: UInt64 = 0
+            for _ in 0..<1200 where shown < head {
+                shown = (try? wire.ping(timeoutMilliseconds: 1000))?.headRevision ?? shown
+                if shown < head { usleep(50_000) }
+            }
+            guard shown >= head else { throw ValidationError("a front's journal did not reach etcd's revision \(head) within a minute") }
+        }
+        return result
+    }
+
+    /// `writers` tasks each sending, in turn, the transaction `request(writer, index, lease)`
+    /// through one Swift gRPC client to etcd for `seconds`; `lease` is one granted for the run.
+    private static func transactions(cluster: BenchEtcdCluster, writers: Int, seconds: Double, what: String,
+                                     request: @escaping @Sendable (Int, Int, Int64) throws -> Etcdserverpb_TxnRequest) throws -> (rate: Double, latencies: [Double]) {
+        let client = try EtcdClient(endpoints: try cluster.endpoints.map { try EtcdEndpoint(parsing: $0) })
+        defer { client.close() }
         let failures = Locked(0)
         let result = try blocking {
+            let lease = try await client.grantLease(seconds: 3600).id
             let started = ContinuousClock.now
             let deadline = started + .milliseconds(Int(seconds * 1000))
             let latencies = await withTaskGroup(of: [Double].self) { group in
@@ -137,10 +189,8 @@ struct EtcdBench: ParsableCommand {
                         var index = 0
                         while ContinuousClock.now < deadline {
                             let begin = ContinuousClock.now
-                            let put = Etcdserverpb_TxnRequest.with {
-                                $0.success = [.with { $0.requestPut = .with { $0.key = Data("direct/w\(writer).\(index % 1000)".utf8); $0.value = value } }]
-                            }
-                            if (try? await client.txn(put, idempotent: true)) != nil {  // sent again when a connection closes, as a front does
+                            // Sent again when a connection closes, as a front does.
+                            if let transaction = try? request(writer, index, lease), (try? await client.txn(transaction, idempotent: true)) != nil {
                                 latencies.append(Double((ContinuousClock.now - begin) / .microseconds(1)))
                             } else {
                                 failures.withLock { $0 += 1 }
@@ -155,7 +205,7 @@ struct EtcdBench: ParsableCommand {
             let elapsed = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
             return (Double(latencies.count) / elapsed, latencies.sorted())
         }
-        if failures.withLock({ $0 }) > 0 { print("  (\(failures.withLock { $0 }) direct puts failed, not counted)") }
+        if failures.withLock({ $0 }) > 0 { print("  (\(failures.withLock { $0 }) \(what) failed, not counted)") }
         return result
     }
 

@@ -52,6 +52,19 @@ struct EtcdFrontPartsTests {
         #expect(txn.failure.count == 4, "the write id and each key are read when a compare fails")
     }
 
+    @Test func theBenchmarksTransactionIsTheOneAFrontSendsForThePut() throws {
+        let put = Beacon_V1_Put.with {
+            $0.key = "a"
+            $0.value = .with { $0.intValue = 1 }
+            $0.writeID = Data("id".utf8)
+        }
+        let sent = try EtcdFrontTransaction.put(put, peer: "p", prefix: "beacon/", nowMilliseconds: 1_000, writeIDLease: 77)
+        let front = try EtcdWritePlan(ops: [WriteOp(put)], writeID: Array("p".utf8) + [0] + Array("id".utf8), layout: layout)
+            .request(nowMilliseconds: 1_000, writeIDLease: 77)
+        #expect(sent == front)
+        #expect(String(decoding: sent.compare[0].key, as: UTF8.self) == "beacon/w/70006964", "the write id in its peer's namespace")
+    }
+
     @Test func aKeyTwiceInOneTransactionIsRefusedBeforeEtcdIsAsked() {
         #expect(throws: Refusal.self) { try EtcdWritePlan(ops: [put("a", 1), put("a", 2)], writeID: [], layout: layout) }
     }

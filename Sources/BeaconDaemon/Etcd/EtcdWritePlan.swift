@@ -170,3 +170,17 @@ struct EtcdWritePlan {
         return .refused(Refusal(.versionConflict, "a key of this write changed while it was decided; send it again"))
     }
 }
+
+/// The etcd transaction a front sends for a client's put, for a benchmark that sends it to etcd
+/// itself: what etcd, and the fronts following it, spend on a front's write without the front
+/// that forwards it.
+package enum EtcdFrontTransaction {
+    /// The transaction for `put` from the peer named `peer`, under etcd prefix `prefix`, with the
+    /// write id's key on lease `writeIDLease`.
+    package static func put(_ put: Beacon_V1_Put, peer: String, prefix: String, nowMilliseconds: UInt64,
+                            writeIDLease: Int64) throws -> Etcdserverpb_TxnRequest {
+        let writeID = put.writeID.isEmpty ? [] : Array(peer.utf8) + [0] + Array(put.writeID)
+        return try EtcdWritePlan(ops: [WriteOp(put)], writeID: writeID, layout: EtcdLayout(prefix: prefix))
+            .request(nowMilliseconds: nowMilliseconds, writeIDLease: writeIDLease)
+    }
+}
