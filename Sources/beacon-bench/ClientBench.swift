@@ -322,7 +322,11 @@ struct ClientSubscriber: ParsableCommand {
             default: try subscriber.measureMemory(prefix: prefix, count: count)
             }
         }
-        while true { pause() }
+        // The subscriber holds the client and the effects: an optimized build may otherwise end
+        // its life after its last use above, disposing of effects that do not capture it.
+        withExtendedLifetime(subscriber) {
+            while true { pause() }
+        }
     }
 }
 

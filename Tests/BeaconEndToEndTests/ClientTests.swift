@@ -128,6 +128,48 @@ struct ClientTests {
         test.client.close()
     }
 
+    /// The map's storage is specialized for some value types and generic for the rest: each
+    /// kind must mirror what the daemon holds.
+    @Test func aPrefixMirrorHoldsValuesOfEveryType() async throws {
+        struct Point: Codable, Equatable, Sendable {
+            var x: Int
+            var y: Int
+        }
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let test = try TestClient(runtimeDirectory: daemon.runtimeDirectory)
+        try await test.client.set("t.string.a", "one")
+        try await test.client.set("t.double.a", 1.5)
+        try await test.client.set("t.bool.a", true)
+        try await test.client.set("t.int64.a", Int64(1) << 40)
+        try await test.client.set("t.point.a", Point(x: 1, y: 2))
+        let (strings, doubles, bools, int64s, points) = try test.onQueue {
+            (try test.client.mirror(prefix: "t.string.", as: String.self), try test.client.mirror(prefix: "t.double.", as: Double.self),
+             try test.client.mirror(prefix: "t.bool.", as: Bool.self), try test.client.mirror(prefix: "t.int64.", as: Int64.self),
+             try test.client.mirror(prefix: "t.point.", as: Point.self))
+        }
+        // An effect that reads only how many keys there are, and the status, runs as they change.
+        let counts = Recorder<Int>()
+        let watcher = test.onQueue { effect { if strings.status == .live { counts.append(strings.count) } } }
+        await test.wait("for the snapshots") {
+            [strings.status, doubles.status, bools.status, int64s.status, points.status].allSatisfy { $0 == .live }
+        }
+        try await test.client.set("t.string.b", "two")
+        try await test.client.set("t.point.b", Point(x: 3, y: 4))
+        test.onQueue {
+            #expect(strings.value == ["t.string.a": "one", "t.string.b": "two"])
+            #expect(strings.count == 2)
+            #expect(doubles.value == ["t.double.a": 1.5])
+            #expect(bools.value == ["t.bool.a": true])
+            #expect(int64s.value == ["t.int64.a": Int64(1) << 40])
+            #expect(points.value == ["t.point.a": Point(x: 1, y: 2), "t.point.b": Point(x: 3, y: 4)])
+        }
+        #expect(counts.all == [1, 2])
+        test.onQueue { watcher.dispose() }
+        test.client.close()
+    }
+
     @Test func writesReportTheDaemonsRefusals() async throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
