@@ -179,6 +179,16 @@ final class DaemonUnderTest {
         }
     }
 
+    /// CPU seconds (user + system) the daemon has used so far, all its threads (ended ones too).
+    func cpuSeconds() -> Double {
+        let pid = process?.processIdentifier ?? getpid()
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// CPU seconds (user + system) each of the daemon's threads has used so far, by thread id,
     /// with the thread's name.
     func cpuSecondsByThread() -> [String: (name: String, seconds: Double)] {

@@ -25,6 +25,8 @@ struct EtcdBench: ParsableCommand {
         var frontRate: [Double] = [], directRate: [Double] = [], followedRate: [Double] = []
         var frontP50: [Double] = [], frontP99: [Double] = [], directP50: [Double] = [], directP99: [Double] = []
         var followedP50: [Double] = [], followedP99: [Double] = []
+        // CPU per write (ms) of each front: while it forwards writes, while it only follows them.
+        var forwardingCPU: [Double] = [], followingCPU: [Double] = [], otherFrontCPU: [Double] = []
         var acrossP50: [Double] = [], acrossP99: [Double] = [], watchP50: [Double] = [], watchP99: [Double] = []
         for run in 1...runs {
             let directory = temporaryDirectory()
@@ -39,9 +41,16 @@ struct EtcdBench: ParsableCommand {
             for front in fronts { try Self.waitUntilReachable(front.runtimeDirectory) }
 
             let direct = try Self.directPuts(cluster: cluster, writers: writers, seconds: seconds)
+            var cpu = fronts.map { $0.cpuSeconds() }
             let followed = try Self.followedTransactions(cluster: cluster, fronts: fronts.map(\.runtimeDirectory), writers: writers,
                                                          seconds: seconds)
+            let followedWrites = Double(followed.latencies.count)
+            followingCPU.append(fronts.indices.map { 1000 * (fronts[$0].cpuSeconds() - cpu[$0]) / followedWrites }.reduce(0, +) / 2)
+            cpu = fronts.map { $0.cpuSeconds() }
             let front = try Self.frontPuts(runtimeDirectory: fronts[0].runtimeDirectory, writers: writers, seconds: seconds)
+            // Front b may still be journaling the last writes: its figure is a little low.
+            forwardingCPU.append(1000 * (fronts[0].cpuSeconds() - cpu[0]) / Double(front.latencies.count))
+            otherFrontCPU.append(1000 * (fronts[1].cpuSeconds() - cpu[1]) / Double(front.latencies.count))
             let across = try Self.frontToFront(from: fronts[0].runtimeDirectory, to: fronts[1].runtimeDirectory, samples: samples)
             let watched = try Self.putToWatch(cluster: cluster, samples: samples)
             directRate.append(direct.rate)
@@ -74,6 +83,8 @@ struct EtcdBench: ParsableCommand {
         print(String(format: "| write → change seen elsewhere, p50 / p99 | %.0f / %.0f µs (front a → subscriber of front b) | | %.0f / %.0f µs (put → watch event) | +%.0f / +%.0f µs | |",
                      median(acrossP50), median(acrossP99), median(watchP50), median(watchP99),
                      median(acrossP50) - median(watchP50), median(acrossP99) - median(watchP99)))
+        print(String(format: "| CPU per write of a front (user + system) | %.2f ms front a, %.2f ms front b | %.2f ms each front | | | |",
+                     median(forwardingCPU), median(otherFrontCPU), median(followingCPU)))
     }
 
     private static func etcdVersion() -> String {
