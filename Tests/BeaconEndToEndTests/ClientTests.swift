@@ -165,7 +165,10 @@ struct ClientTests {
             #expect(int64s.value == ["t.int64.a": Int64(1) << 40])
             #expect(points.value == ["t.point.a": Point(x: 1, y: 2), "t.point.b": Point(x: 3, y: 4)])
         }
-        #expect(counts.all == [1, 2])
+        // The effect may also run when the connection's state moves while the count stays.
+        var distinctCounts: [Int] = []
+        for count in counts.all where distinctCounts.last != count { distinctCounts.append(count) }
+        #expect(distinctCounts == [1, 2])
         test.onQueue { watcher.dispose() }
         test.client.close()
     }
