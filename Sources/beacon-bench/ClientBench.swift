@@ -73,7 +73,12 @@ struct ClientBench: ParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         print("beacon-bench client: Beacon client library in separate processes against a release beacond, ipc, publications as \(publications)")
         let rawOneWay = percentile(try RawZMQ.oneWayLatencies(samples: 5_000, directory: directory).sorted(), 0.5)
-        let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048)
+        // Frozen subscribers fall behind by a whole backlog: the daemon keeps it for them (by
+        // default it closes the connections of those that stall past 256 MiB, and they catch up
+        // from the journal), so that each mirror applies every update.
+        let configuration = directory + "/beacond.conf"
+        try "publish_buffer_bytes = \(1 << 30)\n".write(toFile: configuration, atomically: true, encoding: .utf8)
+        let daemon = try DaemonUnderTest(directory: directory, durability: "normal", maxBatch: 2048, extraArguments: ["--config", configuration])
         defer { daemon.stop() }
         let writer = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         let commit = percentile(try serialCommitLatencies(writer).sorted(), 0.5)
@@ -125,9 +130,11 @@ struct ClientBench: ParsableCommand {
             let cpu = [backlog.cpuPerUpdate, rawCPU].map { String(format: "%.2f", $0) }
             print("| \(processes), backlog: CPU per update in each process (all its threads), mirror / raw | \(cpu[0]) µs / \(cpu[1]) µs | |")
             let share = backlog.mirrorRate / raw
-            let verdict = backlog.repaired > 0 ? "not measured: \(backlog.repaired) of \(count) mirrors caught up by reading the journal "
+            // A mirror that caught up more than 1% of the backlog from the journal did not measure ingest.
+            let repairs = backlog.repaired == 0 ? "" : "; \(backlog.repaired) of \(count) mirrors caught up by reading the journal "
                 + "(the fewest updates applied one by one: \(backlog.fewestApplied) of \(writes))"
-                : "target ≥ 0.50: \(share >= 0.5 ? "met" : "NOT met")"
+            let verdict = backlog.fewestApplied * 100 < UInt64(writes) * 99 ? "not measured" + repairs
+                : "target ≥ 0.50: \(share >= 0.5 ? "met" : "NOT met")" + repairs
             print("| \(processes), the same backlog as raw libzmq messages, received by each (slowest) | \(format(raw))/s "
                 + "(\(format(raw * Double(count)))/s in all) | mirrors ÷ raw = \(String(format: "%.2f", share)); \(verdict) |")
         }
