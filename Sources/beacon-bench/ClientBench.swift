@@ -185,8 +185,9 @@ struct ClientBench: ParsableCommand {
         let elapsed = slowest > start ? slowest - start : 1
         // A process that fell behind what the daemon keeps for a subscriber caught up by reading
         // the journal (a delta of each key's last change), not by applying each update.
-        let appliedOneByOne = zip(finishes, ready).compactMap { finish, ready in
-            finish.count > 4 && ready.count > 1 ? (UInt64(finish[4]) ?? 0) - ready[1] : nil
+        let appliedOneByOne = zip(finishes, ready).compactMap { finish, ready -> UInt64? in
+            guard finish.count > 4, ready.count > 1, let handed = UInt64(finish[4]), handed >= ready[1] else { return nil }
+            return handed - ready[1]
         }
         let repaired = appliedOneByOne.filter { $0 < UInt64(writes) }.count
         return (writeRate, Double(writes) / (Double(elapsed) / 1e9), cpu.reduce(0, +) / Double(max(cpu.count, 1)) / Double(writes) / 1000,
