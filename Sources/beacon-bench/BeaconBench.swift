@@ -182,28 +182,28 @@ final class DaemonUnderTest {
     /// CPU seconds (user + system) the daemon has used so far, all its threads (ended ones too).
     func cpuSeconds() -> Double {
         let pid = process?.processIdentifier ?? getpid()
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        return Self.cpuUse(statFile: "/proc/\(pid)/stat")?.seconds ?? 0
     }
 
     /// CPU seconds (user + system) each of the daemon's threads has used so far, by thread id,
     /// with the thread's name.
     func cpuSecondsByThread() -> [String: (name: String, seconds: Double)] {
         let pid = process?.processIdentifier ?? getpid()
-        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         var threads: [String: (name: String, seconds: Double)] = [:]
         for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? [] {
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
-                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { continue }
-            // After the name: state is field 3; utime and stime are fields 14 and 15.
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
-            threads[task] = (String(stat[stat.index(after: open)..<close]), (user + system) / ticks)
+            threads[task] = Self.cpuUse(statFile: "/proc/\(pid)/task/\(task)/stat")
         }
         return threads
+    }
+
+    /// The name and the CPU seconds (user + system) in a process's or thread's `stat` file.
+    private static func cpuUse(statFile: String) -> (name: String, seconds: Double)? {
+        guard let stat = try? String(contentsOfFile: statFile, encoding: .utf8),
+              let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { return nil }
+        // After the name: state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (String(stat[stat.index(after: open)..<close]), (user + system) / Double(sysconf(Int32(_SC_CLK_TCK))))
     }
 }
 

@@ -73,9 +73,8 @@ struct ReplyQueue {
     /// Whether `connection` has a reply in `entries`.
     private func hasQueued(_ connection: RoutingID) -> Bool {
         guard !entries.isEmpty else { return false }
-        if let number = lastQueuedNumber, lastQueuedConnection == connection { return number >= entries.firstNumber }
-        guard let number = lastQueuedByConnection[connection] else { return false }
-        return number >= entries.firstNumber
+        let last = lastQueuedConnection == connection ? lastQueuedNumber : lastQueuedByConnection[connection]
+        return last.map { $0 >= entries.firstNumber } ?? false
     }
 
     /// Queues `reply`, decided against state at `revision`, behind everything decided before it
