@@ -27,6 +27,11 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var retention = RetentionPolicy()
     /// How often retention is applied, in seconds.
     public var compactionIntervalSeconds: UInt64 = 60
+    /// ``compactionIntervalSeconds`` in milliseconds (saturating: never a trap, whatever was set).
+    var compactionIntervalMilliseconds: UInt64 {
+        let (product, overflow) = compactionIntervalSeconds.multipliedReportingOverflow(by: 1000)
+        return overflow ? .max : product
+    }
     /// Most requests read and committed as one group.
     public var maxBatch = 4096
     /// Publish socket high-water mark per subscriber (messages).
@@ -187,16 +192,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
         if curveKeys == nil, let rule = access.rules.first(where: { if case .key = $0.subject { true } else { false } }) {
             throw PolicyError("the rule for \(rule.subject) needs curve_secret_key_file: CURVE keys are only checked on CURVE endpoints")
         }
-        if case .cpu(let cpu) = loopCPU {
-            guard let allowed = try? ThreadPlacement.current().cpus else {
-                throw PolicyError("loop_cpu = \(cpu): the CPUs this process may run on cannot be read")
-            }
-            guard allowed.contains(cpu) else {
-                throw PolicyError("loop_cpu = \(cpu) is not a CPU this process may run on (\(allowed.map(String.init).joined(separator: ", ")))")
-            }
-        }
-        for endpoint in extraRequestEndpoints + extraPublishEndpoints where !endpoint.hasPrefix("tcp://") && !endpoint.hasPrefix("ipc://") {
-            throw PolicyError("endpoint '\(endpoint)' is neither tcp:// nor ipc://")
+        if case .cpu(let cpu) = loopCPU, let problem = Self.loopCPUProblem(cpu) { throw PolicyError(problem) }
+        if let problem = (extraRequestEndpoints + extraPublishEndpoints).lazy.compactMap(Self.endpointProblem).first {
+            throw PolicyError(problem)
         }
         try upstream?.validate()
         if etcd != nil && upstream != nil {
@@ -256,61 +254,75 @@ public struct DaemonConfiguration: Sendable, Equatable {
     }
 
     /// Applies the settings of a configuration file (`name = value` lines, `#` comments;
-    /// see deploy/beacond.conf) on top of this configuration.
+    /// see deploy/beacond.conf) on top of this configuration. Lines end in LF, CRLF or CR; a
+    /// leading byte-order mark is ignored.
     /// - Throws: ``FileError`` naming the first bad line; the configuration is then unchanged.
     public mutating func apply(fileContents: String, path: String) throws(FileError) {
         var copy = self
-        for (index, rawLine) in fileContents.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        let text = fileContents.hasPrefix("\u{FEFF}") ? fileContents.dropFirst() : Substring(fileContents)
+        let lines = text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" || $0 == "\r" }
+        for (index, rawLine) in lines.enumerated() {
+            let fail = { (reason: String) in FileError(path: path, line: index + 1, reason: reason) }
+            if let control = rawLine.unicodeScalars.first(where: { $0.properties.generalCategory == .control && $0 != "\t" }) {
+                throw fail("control character U+\(String(control.value, radix: 16, uppercase: true)) in the line")
+            }
             let trimmed = ConfigurationLine.strippingComment(String(rawLine))
             if trimmed.isEmpty { continue }
-            guard let equals = trimmed.firstIndex(of: "=") else {
-                throw FileError(path: path, line: index + 1, reason: "expected 'name = value'")
-            }
+            guard let equals = trimmed.firstIndex(of: "=") else { throw fail("expected 'name = value'") }
             var value = trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
-            let setting = Setting(name: trimmed[..<equals].trimmingCharacters(in: .whitespaces), value: value, path: path, line: index + 1)
-            if try !copy.applyLimit(setting), try !copy.applyUpstream(setting), try !copy.applyEtcd(setting) { try copy.apply(setting) }
+            do {
+                try copy.apply(setting: trimmed[..<equals].trimmingCharacters(in: .whitespaces), value: value)
+            } catch {
+                throw fail(error.reason)
+            }
         }
         self = copy
     }
 
-    /// One `name = value` line of a configuration file.
+    /// Applies one setting, as a configuration file's `name = value` line or a flag gives it:
+    /// the same checks whichever it comes from.
+    /// - Throws: ``SettingError`` saying why; the configuration is then unchanged.
+    public mutating func apply(setting name: String, value: String) throws(SettingError) {
+        var copy = self
+        let setting = Setting(name: name, value: value)
+        if let numeric = Self.numericSetting(named: name) {
+            try numeric.apply(value, to: &copy)
+        } else if try !copy.applyUpstream(setting), try !copy.applyEtcd(setting) {
+            try copy.apply(setting)
+        }
+        self = copy
+    }
+
+    /// One `name = value` setting.
     private struct Setting {
         var name: String
         var value: String
-        var path: String
-        var line: Int
 
-        func fail(_ reason: String) -> FileError { FileError(path: path, line: line, reason: reason) }
-
-        func number<T: FixedWidthInteger>(_ type: T.Type, min: T = 0) throws(FileError) -> T {
-            guard let parsed = T(value), parsed >= min else { throw fail("'\(name)' needs a whole number >= \(min), not '\(value)'") }
-            return parsed
-        }
+        func fail(_ reason: String) -> SettingError { SettingError(reason) }
     }
 
-    /// Applies a setting of the daemon itself: directories, endpoints, timing, journal, access.
-    private mutating func apply(_ setting: Setting) throws(FileError) {
+    /// Why `endpoint` cannot be bound, if it cannot: it is neither `tcp://` nor `ipc://`.
+    /// - Parameter endpoint: a request or publish endpoint.
+    /// - Returns: the reason, for a person; `nil` for an endpoint of a kind the daemon binds.
+    public static func endpointProblem(_ endpoint: String) -> String? {
+        endpoint.hasPrefix("tcp://") || endpoint.hasPrefix("ipc://") ? nil : "endpoint '\(endpoint)' is neither tcp:// nor ipc://"
+    }
+
+    /// Applies a setting of the daemon itself: directories, endpoints, journal, access.
+    private mutating func apply(_ setting: Setting) throws(SettingError) {
         let value = setting.value
         switch setting.name {
-        case "runtime_dir": runtimeDirectory = value
-        case "state_dir": stateDirectory = value
-        case "request_endpoint": extraRequestEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        case "publish_endpoint": extraPublishEndpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        case "heartbeat_ms": heartbeatIntervalMilliseconds = try setting.number(UInt32.self, min: 10)
-        case "session_ttl_ms": sessionTTLMilliseconds = try setting.number(UInt64.self, min: 100)
+        case "runtime_dir", "state_dir":
+            guard !value.isEmpty else { throw setting.fail("'\(setting.name)' needs a directory") }
+            if setting.name == "runtime_dir" { runtimeDirectory = value } else { stateDirectory = value }
+        case "request_endpoint", "publish_endpoint":
+            let endpoints = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            if let problem = endpoints.lazy.compactMap(Self.endpointProblem).first { throw setting.fail(problem) }
+            if setting.name == "request_endpoint" { extraRequestEndpoints = endpoints } else { extraPublishEndpoints = endpoints }
         case "durability":
             guard let durability = Durability(rawValue: value) else { throw setting.fail("'durability' is 'normal' or 'full', not '\(value)'") }
             self.durability = durability
-        case "retention_revisions":
-            let count = try setting.number(UInt64.self)
-            retention.revisions = count == 0 ? nil : count
-        case "retention_age_s":
-            let seconds = try setting.number(UInt64.self)
-            retention.maxAgeMilliseconds = seconds == 0 ? nil : seconds * 1000
-        case "compaction_interval_s": compactionIntervalSeconds = try setting.number(UInt64.self, min: 1)
-        case "max_batch": maxBatch = try setting.number(Int.self, min: 1)
-        case "publish_hwm": publishHighWaterMark = try setting.number(Int32.self)
         case "allow":
             do {
                 access.rules.append(try AccessPolicy.parseRule(value))
@@ -323,10 +335,11 @@ public struct DaemonConfiguration: Sendable, Equatable {
             tcpInsecure = flag
         case "loop_cpu":
             guard let placement = LoopCPU(value) else { throw setting.fail("'loop_cpu' is auto, off or a CPU number, not '\(value)'") }
+            if case .cpu(let cpu) = placement, let problem = Self.loopCPUProblem(cpu) { throw setting.fail(problem) }
             loopCPU = placement
         case "socket_mode":
             guard let mode = UInt16(value, radix: 8), mode <= 0o777 else {
-                throw setting.fail("'socket_mode' is an octal mode such as 0660, not '\(value)'")
+                throw setting.fail("'socket_mode' is an octal mode from 0 to 0777 such as 0660, not '\(value)'")
             }
             socketMode = mode
         default:
@@ -334,34 +347,19 @@ public struct DaemonConfiguration: Sendable, Equatable {
         }
     }
 
-    /// Applies a per-peer or daemon-wide limit; false if `setting` is not one.
-    private mutating func applyLimit(_ setting: Setting) throws(FileError) -> Bool {
-        switch setting.name {
-        case "max_value_bytes":
-            limits.maxValueBytes = try setting.number(Int.self, min: 1)
-            guard limits.maxValueBytes <= WireLimits.maxValueBytes else {
-                throw setting.fail("'max_value_bytes' is at most \(WireLimits.maxValueBytes) (the protocol's limit)")
-            }
-        case "writes_per_second": limits.writesPerSecond = try setting.number(UInt32.self)
-        case "write_burst": limits.writeBurst = try setting.number(UInt32.self)
-        case "keys_per_peer": limits.keysPerPeer = try setting.number(UInt32.self)
-        case "pending_requests": limits.pendingRequests = try setting.number(Int32.self, min: 1)
-        case "subscriptions_per_peer": limits.subscriptionsPerPeer = try setting.number(UInt32.self, min: 1)
-        case "sessions_per_peer": limits.sessionsPerPeer = try setting.number(UInt32.self)
-        case "leases_per_peer": limits.leasesPerPeer = try setting.number(UInt32.self)
-        case "connections_per_peer": limits.connectionsPerPeer = try setting.number(UInt32.self)
-        case "max_journal_bytes": limits.maxJournalBytes = try setting.number(UInt64.self)
-        case "reply_buffer_bytes": limits.replyBufferBytes = try setting.number(Int.self, min: 1 << 20)
-        case "reply_buffer_peer_bytes": limits.replyBufferPeerBytes = try setting.number(Int.self, min: 1 << 20)
-        case "reply_buffer_total_bytes": limits.replyBufferTotalBytes = try setting.number(Int.self, min: 1 << 20)
-        case "publish_buffer_bytes": limits.publishBufferBytes = try setting.number(Int.self, min: 1 << 20)
-        default: return false
+    /// Why the loop cannot run on `cpu`, if it cannot: it is not one this process may run on.
+    static func loopCPUProblem(_ cpu: Int) -> String? {
+        guard let allowed = try? ThreadPlacement.current().cpus else {
+            return "loop_cpu = \(cpu): the CPUs this process may run on cannot be read"
         }
-        return true
+        guard allowed.contains(cpu) else {
+            return "loop_cpu = \(cpu) is not a CPU this process may run on (\(allowed.map(String.init).joined(separator: ", ")))"
+        }
+        return nil
     }
 
     /// Applies an etcd front's setting (`etcd_endpoints` and what follows it); false if `setting` is not one.
-    private mutating func applyEtcd(_ setting: Setting) throws(FileError) -> Bool {
+    private mutating func applyEtcd(_ setting: Setting) throws(SettingError) -> Bool {
         let value = setting.value
         switch setting.name {
         case "etcd_endpoints":
@@ -388,7 +386,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     }
 
     /// Applies a relay's setting (`upstream` and what follows it); false if `setting` is not one.
-    private mutating func applyUpstream(_ setting: Setting) throws(FileError) -> Bool {
+    private mutating func applyUpstream(_ setting: Setting) throws(SettingError) -> Bool {
         let value = setting.value
         switch setting.name {
         case "upstream":

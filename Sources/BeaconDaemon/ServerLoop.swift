@@ -316,7 +316,7 @@ final class ServerLoop: @unchecked Sendable {
 
     private func scheduleLoopTimers(from started: MonotonicTime) {
         timers.schedule(.heartbeat, at: started)
-        timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalSeconds * 1000))
+        timers.schedule(.compaction, at: started.adding(milliseconds: live.compactionIntervalMilliseconds))
         // systemd: WATCHDOG=1 at half the interval it expects; STATUS= every two seconds.
         if watchdogMilliseconds != nil { timers.schedule(.watchdog, at: started) }
         if notifier != nil { timers.schedule(.status, at: started.adding(milliseconds: 2000)) }
@@ -335,7 +335,7 @@ final class ServerLoop: @unchecked Sendable {
             timers.schedule(.heartbeat, at: now.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
         case .compaction:
             compactByPolicy()
-            timers.schedule(.compaction, at: now.adding(milliseconds: live.compactionIntervalSeconds * 1000))
+            timers.schedule(.compaction, at: now.adding(milliseconds: live.compactionIntervalMilliseconds))
         case .watchdog:
             if network.servingProbe?.tick(now: now) ?? true {
                 notifier?.watchdog()

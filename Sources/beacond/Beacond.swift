@@ -37,17 +37,17 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Also bind the publish socket here, e.g. tcp://127.0.0.1:7402 (repeatable).", valueName: "endpoint"))
     var publishEndpoint: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Heartbeat interval in milliseconds (gap detection bound).", valueName: "ms"))
-    var heartbeatMs: UInt32?
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Heartbeat interval in milliseconds (gap detection bound), 10 to 3600000.", valueName: "ms"))
+    var heartbeatMs: String?
 
     @Option(name: .long, help: ArgumentHelp("Commit durability: normal (survives kill -9) or full (survives power loss).", valueName: "mode"))
     var durability: String?
 
-    @Option(name: .long, help: ArgumentHelp("Keep this many revisions of history (0: no count limit).", valueName: "n"))
-    var retentionRevisions: UInt64?
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Keep this many revisions of history (0: no count limit).", valueName: "n"))
+    var retentionRevisions: String?
 
-    @Option(name: .long, help: ArgumentHelp("Most requests read and committed as one group.", valueName: "n"))
-    var maxBatch: Int?
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Most requests read and committed as one group, 1 to 65536.", valueName: "n"))
+    var maxBatch: String?
 
     @Option(name: .long, help: ArgumentHelp("The CPU the loop and libzmq's I/O thread share: auto, off or a CPU number.", valueName: "cpu"))
     var loopCpu: String?
@@ -94,7 +94,7 @@ struct Beacond: AsyncParsableCommand {
     func run() async throws {
         Journal.disableSQLiteMemoryStatistics()  // before any SQLite use
         guard let level = Logger.Level(rawValue: logLevel) else {
-            throw ValidationError("unknown log level '\(logLevel)'")
+            Self.fail("beacond: --log-level: unknown level '\(logLevel)' (trace, debug, info, notice, warning, error, critical)", code: 64)
         }
         // Under systemd, stderr is the journal: lines carry their priority and no timestamp.
         let toJournal = JournalLogHandler.standardErrorIsJournal(environment: ProcessInfo.processInfo.environment)
@@ -113,8 +113,8 @@ struct Beacond: AsyncParsableCommand {
         let configuration: DaemonConfiguration
         do {
             configuration = try loadConfiguration()
-        } catch let error as ValidationError {
-            throw error
+        } catch let error as FlagError {
+            Self.fail("beacond: \(error)", code: 64)
         } catch let error as ConfigurationUnreadable {
             Self.fail("beacond: \(error)", code: 78)
         } catch {
@@ -161,8 +161,8 @@ struct Beacond: AsyncParsableCommand {
 
     /// The embedded defaults, then the configuration file, then the flags. Called at start and
     /// on SIGHUP (reload).
-    /// - Throws: `ValidationError` for bad flags; `DaemonConfiguration.FileError` or a read
-    ///   error for the file.
+    /// - Throws: ``FlagError`` for bad flags; `DaemonConfiguration.FileError`, a read error or
+    ///   `PolicyError` for the file.
     func loadConfiguration() throws -> DaemonConfiguration {
         var configuration = DaemonConfiguration(
             runtimeDirectory: DaemonConfiguration.defaultRuntimeDirectory(),
@@ -176,27 +176,39 @@ struct Beacond: AsyncParsableCommand {
             }
             try configuration.apply(fileContents: text, path: config)
         }
-        if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
-        if let stateDir { configuration.stateDirectory = stateDir }
+        let fromFile = configuration
+        /// Applies a flag through the same checks as the file's setting `name`.
+        func apply(_ flag: String, _ name: String, _ value: String?) throws(FlagError) {
+            guard let value else { return }
+            do {
+                try configuration.apply(setting: name, value: value)
+            } catch {
+                throw FlagError("--\(flag): \(error.reason)")
+            }
+        }
+        try apply("runtime-dir", "runtime_dir", runtimeDir)
+        try apply("state-dir", "state_dir", stateDir)
+        for endpoint in requestEndpoint + publishEndpoint {
+            if let problem = DaemonConfiguration.endpointProblem(endpoint) { throw FlagError("--\(requestEndpoint.contains(endpoint) ? "request" : "publish")-endpoint: \(problem)") }
+        }
         configuration.extraRequestEndpoints += requestEndpoint
         configuration.extraPublishEndpoints += publishEndpoint
-        if let heartbeatMs { configuration.heartbeatIntervalMilliseconds = max(heartbeatMs, 10) }
-        if let durability {
-            guard let mode = Durability(rawValue: durability) else {
-                throw ValidationError("durability is 'normal' or 'full', not '\(durability)'")
-            }
-            configuration.durability = mode
-        }
-        if let maxBatch { configuration.maxBatch = max(maxBatch, 1) }
-        if let retentionRevisions { configuration.retention.revisions = retentionRevisions == 0 ? nil : retentionRevisions }
+        try apply("heartbeat-ms", "heartbeat_ms", heartbeatMs)
+        try apply("durability", "durability", durability)
+        try apply("max-batch", "max_batch", maxBatch)
+        try apply("retention-revisions", "retention_revisions", retentionRevisions)
+        try apply("loop-cpu", "loop_cpu", loopCpu)
         if tcpInsecure { configuration.tcpInsecure = true }
+        if upstream != nil && etcdEndpoints != nil {
+            throw FlagError("--upstream and --etcd-endpoints: a daemon is either a relay or an etcd front, not both")
+        }
         if let upstream {
             configuration.upstream = configuration.upstream ?? DaemonConfiguration.UpstreamSettings(requestEndpoint: upstream)
             configuration.upstream!.requestEndpoint = upstream
         }
         if upstreamPublish != nil || upstreamServerKey != nil || upstreamKeyFile != nil || !upstreamPrefix.isEmpty {
             guard configuration.upstream != nil else {
-                throw ValidationError("--upstream-publish, --upstream-server-key, --upstream-key-file and --upstream-prefix need --upstream")
+                throw FlagError("--upstream-publish, --upstream-server-key, --upstream-key-file and --upstream-prefix need --upstream")
             }
             if !upstreamPrefix.isEmpty { configuration.upstream!.prefixes = upstreamPrefix }
             if let upstreamPublish { configuration.upstream!.publishEndpoint = upstreamPublish }
@@ -210,21 +222,23 @@ struct Beacond: AsyncParsableCommand {
         }
         if etcdPrefix != nil || etcdCert != nil || etcdKey != nil || etcdCa != nil {
             guard configuration.etcd != nil else {
-                throw ValidationError("--etcd-prefix, --etcd-cert, --etcd-key and --etcd-ca need --etcd-endpoints")
+                throw FlagError("--etcd-prefix, --etcd-cert, --etcd-key and --etcd-ca need --etcd-endpoints")
             }
             if let etcdPrefix { configuration.etcd!.prefix = etcdPrefix }
             if let etcdCert { configuration.etcd!.certificateFile = etcdCert }
             if let etcdKey { configuration.etcd!.keyFile = etcdKey }
             if let etcdCa { configuration.etcd!.authorityFile = etcdCa }
         }
-        if let loopCpu {
-            guard let placement = LoopCPU(loopCpu) else { throw ValidationError("loop-cpu is auto, off or a CPU number, not '\(loopCpu)'") }
-            configuration.loopCPU = placement
+        do {
+            try configuration.validate()
+        } catch {
+            // What the file alone passes and the flags break is a bad flag (64), not a bad file (78).
+            var fileAlone = fromFile
+            if (try? fileAlone.validate()) != nil { throw FlagError("flags: \(error)") }
+            throw error
         }
-        try configuration.validate()
         return configuration
     }
-
     /// What `--check-config` prints about a valid configuration.
     static func summary(of configuration: DaemonConfiguration) -> String {
         var lines = ["configuration valid", "runtime_dir = \(configuration.runtimeDirectory)",
@@ -246,6 +260,13 @@ struct Beacond: AsyncParsableCommand {
         }
         if let keys = configuration.curveKeys { lines.append("CURVE public key = \(keys.publicKey)") }
         return lines.joined(separator: "\n")
+    }
+
+    /// A flag's value that the settings' checks refused: a usage error (exit 64).
+    struct FlagError: Error, CustomStringConvertible {
+        var message: String
+        init(_ message: String) { self.message = message }
+        var description: String { message }
     }
 
     struct ConfigurationUnreadable: Error, CustomStringConvertible {

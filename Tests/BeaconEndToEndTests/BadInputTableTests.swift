@@ -182,7 +182,7 @@ struct BadInputTableTests {
         let base = ["--runtime-dir", dir + "/run", "--state-dir", dir + "/state"]
         let cases: [(arguments: [String], status: Int32, says: String)] = [
             (base + ["--config", dir + "/typo.conf"], 78, "typo.conf:1: unknown setting 'retention_revsions'"),
-            (base + ["--config", dir + "/negative.conf"], 78, "needs a whole number >= 0, not '-5'"),
+            (base + ["--config", dir + "/negative.conf"], 78, "negative.conf:1: 'retention_revisions' is a whole number from 0 to 1000000000000; 0: no count limit, not '-5'"),
             (base + ["--config", dir + "/absent.conf"], 78, "cannot read configuration"),
             (["--runtime-dir", dir + "/run", "--state-dir", dir + "/corrupt"], 74, "journal corrupt"),
             (base + ["--bogus"], 64, "Unknown option '--bogus'"),

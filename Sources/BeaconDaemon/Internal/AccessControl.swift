@@ -143,7 +143,7 @@ struct AccessControl {
     /// Counts a subscription of `peer`; `false` when the peer holds its limit already (the
     /// subscription is then refused and not counted).
     mutating func countSubscription(_ topic: [UInt8], peer: String) -> Bool {
-        guard held[peer, default: 0] < Int(limits.subscriptionsPerPeer) else { return false }
+        guard limits.subscriptionsPerPeer == 0 || held[peer, default: 0] < Int(limits.subscriptionsPerPeer) else { return false }
         held[peer, default: 0] += 1
         holders[topic, default: [:]][peer, default: 0] += 1
         return true
