@@ -11,15 +11,26 @@ extension ServerLoop {
         guard request.token.isEmpty else {
             var reply = Beacon_V1_Reply()
             reply.id = id
-            reply.backup = try maintenance.backups.chunk([UInt8](request.token), at: request.offset, now: now)
+            reply.backup = try maintenance.backups.chunk([UInt8](request.token), at: request.offset, now: now, owner: route.connection)
             send(reply, to: route)
             return
         }
         guard request.offset == 0 else { throw Refusal(.invalidArgument, "a new backup starts at offset 0") }
         writes.flush()  // the journal is the loop's to use only with no commit in flight
-        try maintenance.backups.begin(from: writes.journal, now: now, ticket: { writes.hold(route) }, requestID: id)
+        try maintenance.backups.begin(from: writes.journal, now: now, ticket: { writes.hold(route) }, requestID: id,
+                                      owner: route.connection)
         maintenance.backupPacer.start()
         logger.info("journal backup started", metadata: ["journal.bytes": "\(writes.pipeline.sizeInBytes)"])
+    }
+
+    /// Lets go of the backups connection `id` asked for: it closed, and nobody reads them.
+    func releaseBackups(of id: RoutingID) {
+        guard let stopped = maintenance.backups.release(owner: id) else { return }
+        logger.info("journal backup stopped: the connection that asked for it closed")
+        var reply = Beacon_V1_Reply()
+        reply.id = stopped.requestID
+        reply.error = Refusal(.notFound, "the backup was stopped: its connection closed").wire(headRevision: writes.headRevision)
+        writes.fill(stopped.ticket, with: reply)
     }
 
     /// Nanoseconds until the loop should copy the next pages of a backup (0: now), or `nil` when

@@ -55,7 +55,9 @@ extension ServerLoop {
     func drainConnections(_ role: ConnectionLedger.Socket) {
         logShed(connections.drain(role) { fd in
             switch role {
-            case .requests: network.replyFlows.disconnected(fd: fd)
+            case .requests:
+                if let id = network.replyFlows.connection(withDescriptor: fd) { releaseBackups(of: id) }
+                network.replyFlows.disconnected(fd: fd)
             case .subscribers: publisher.subscriptionLedger.closed(fd: fd)
             }
         })

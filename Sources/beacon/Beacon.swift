@@ -359,6 +359,13 @@ func warnWithoutNewline(_ text: String) {
     _ = writeAll(text, to: STDERR_FILENO)
 }
 
+/// Whether standard output is a pipe or socket whose reader has gone, or a terminal that hung
+/// up: `poll` says so without anything being written.
+func standardOutputIsClosed() -> Bool {
+    var item = pollfd(fd: STDOUT_FILENO, events: 0, revents: 0)
+    return poll(&item, 1, 0) == 1 && item.revents & Int16(POLLERR | POLLHUP) != 0
+}
+
 func die(_ message: String, code: Int32) -> Never {
     warn(message)
     exit(code)
@@ -785,7 +792,9 @@ extension Beacon {
                 }
                 if let count, printed >= count { return }
                 while true {
-                    guard let update = try follower.next(timeoutMilliseconds: 1000) else { continue }
+                    // Between changes too: a reader that went away (`| head -3`) ends the watch.
+                    if standardOutputIsClosed() { die("beacon: output closed", code: ExitCode32.outputClosed) }
+                    guard let update = try follower.next(timeoutMilliseconds: 200) else { continue }
                     switch update {
                     case .revision(let events):
                         for event in events where isWanted(event.change.key) {
@@ -849,21 +858,24 @@ extension Beacon {
         func run() throws {
             let toStandardOutput = file == "-"
             let partial = file + ".partial"
-            let fd: Int32
             if toStandardOutput {
                 if isatty(STDOUT_FILENO) == 1 {
                     die("beacon: refusing to write a journal copy to a terminal; redirect standard output or give a file", code: ExitCode32.usage)
                 }
-                fd = STDOUT_FILENO
             } else {
                 if let problem = replacementProblem(file) { die(problem.message, code: problem.code) }
-                unlink(partial)
-                fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate) }
+                // Written nowhere until the daemon has made the copy: a refusal leaves nothing.
+                // Writable beside FILE? Learnt now, before the daemon copies a whole journal.
+                let directory = (file as NSString).deletingLastPathComponent
+                guard access(directory.isEmpty ? "." : directory, W_OK) == 0 else {
+                    die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate)
+                }
             }
+            /// FILE.partial once the first chunk came (standard output: its descriptor at once).
+            var fd: Int32 = toStandardOutput ? STDOUT_FILENO : -1
             /// Leaves nothing behind and ends the command.
             func abandon(_ message: String, code: Int32) -> Never {
-                if !toStandardOutput { close(fd); unlink(partial) }
+                if !toStandardOutput && fd >= 0 { close(fd); unlink(partial) }
                 die(message, code: code)
             }
             var token = Data()
@@ -879,6 +891,14 @@ extension Beacon {
                 }
                 guard case .backup(let chunk) = reply.result, chunk.offset == offset else {
                     abandon("beacon: unexpected reply to a backup request", code: ExitCode32.daemonError)
+                }
+                if fd < 0 {
+                    // Stopped from now on (SIGINT, SIGTERM, SIGHUP), the command removes what it
+                    // wrote; its connection closes, and the daemon lets go of the copy at once.
+                    BackupInterruption.removeOnSignal(partial)
+                    unlink(partial)
+                    fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+                    guard fd >= 0 else { die("beacon: cannot write \(partial): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate) }
                 }
                 if !chunk.data.isEmpty && !Self.writeAll(chunk.data, to: fd) {
                     let reason = String(cString: strerror(errno))
@@ -906,6 +926,7 @@ extension Beacon {
                 unlink(partial)
                 die("beacon: cannot finish \(file): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate)
             }
+            BackupInterruption.finished()
             connection.print(summary, text: text)
         }
 
@@ -958,18 +979,47 @@ extension Beacon {
             let keys = try ZMQCurveKeyPair.generate()
             let files = [(name + ".key", CurveKeyFile(publicKey: keys.publicKey, secretKey: keys.secretKey), 0o600),
                          (name + ".pub", CurveKeyFile(publicKey: keys.publicKey, secretKey: nil), 0o644)]
-            for (path, _, _) in files where !force && FileManager.default.fileExists(atPath: path) {
-                die("beacon: \(path) exists; use --force to replace it", code: ExitCode32.usage)
+            for (path, _, _) in files {
+                var status = stat()
+                guard lstat(path, &status) == 0 else { continue }
+                guard force else { die("beacon: \(path) exists; use --force to replace it", code: ExitCode32.usage) }
+                guard status.st_mode & S_IFMT == S_IFREG else {
+                    die("beacon: \(path) is not a regular file; keygen replaces only regular files", code: ExitCode32.cannotCreate)
+                }
             }
+            // Both halves are written to new files first and only then put in place: an old pair is
+            // replaced whole, or not at all.
+            var written: [(temporary: String, path: String)] = []
+            func removeWritten() { for file in written { unlink(file.temporary) } }
             for (path, file, mode) in files {
                 // Created with its final mode, so that the secret is never readable by others.
-                unlink(path)
-                let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode_t(mode))
-                guard fd >= 0 else { die("beacon: cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCode32.cannotCreate) }
+                let temporary = path + ".new-\(getpid())"
+                unlink(temporary)
+                let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(mode))
+                guard fd >= 0 else {
+                    let reason = String(cString: strerror(errno))
+                    removeWritten()
+                    die("beacon: cannot write \(path): \(reason)", code: ExitCode32.cannotCreate)
+                }
+                written.append((temporary, path))
                 let bytes = Array(file.text.utf8)
-                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                close(fd)
-                guard written == bytes.count else { die("beacon: cannot write \(path)", code: ExitCode32.cannotCreate) }
+                let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                let synced = fsync(fd) == 0
+                guard close(fd) == 0, count == bytes.count, synced else {
+                    removeWritten()
+                    die("beacon: cannot write \(path)", code: ExitCode32.cannotCreate)
+                }
+            }
+            // The old secret stays reachable until both renames are done, and is put back if the
+            // second fails: the pair on disk always matches.
+            let secret = written[0].path, kept = secret + ".old-\(getpid())"
+            let hadSecret = link(secret, kept) == 0
+            defer { unlink(kept) }
+            for (index, file) in written.enumerated() where rename(file.temporary, file.path) != 0 {
+                let reason = String(cString: strerror(errno))
+                if index > 0 { _ = hadSecret ? rename(kept, secret) : unlink(secret) }
+                removeWritten()
+                die("beacon: cannot replace \(file.path): \(reason); the old files are unchanged", code: ExitCode32.cannotCreate)
             }
             writeLine(keys.publicKey)
         }

@@ -4,8 +4,9 @@ import Foundation
 
 /// The journal copies of `Backup` requests: files in the state directory, each named by a random
 /// token. A copy is made in steps between the loop's other work (``step(pages:revision:now:)``),
-/// then read in chunks; it is deleted once read to the end, a minute after its last request, or
-/// when the daemon stops. Owned by the loop thread, which owns the journal.
+/// then read in chunks; it is deleted once read to the end, a minute after its last request, when
+/// the connection that last asked for it closes (``release(owner:)``: a stopped `beacon backup`
+/// blocks nobody), or when the daemon stops. Owned by the loop thread, which owns the journal.
 struct BackupCopies {
     /// How long a copy waits for its next request.
     static let idleLimit: UInt64 = 60_000
@@ -22,6 +23,8 @@ struct BackupCopies {
         let revision: UInt64
         let epoch: UInt64
         var lastUsed: MonotonicTime
+        /// The connection that last asked for a chunk.
+        var owner: RoutingID
     }
 
     /// A copy being made, and the request that asked for it.
@@ -31,6 +34,8 @@ struct BackupCopies {
         /// Where the first chunk's reply goes: the place its connection's replies keep for it.
         let ticket: HoldTicket
         let requestID: UInt64
+        /// The connection that asked for it.
+        let owner: RoutingID
     }
 
     /// What a step of the copy being made came to.
@@ -60,7 +65,8 @@ struct BackupCopies {
 
     /// Starts a new copy of `journal`, to be made by ``step(pages:revision:now:)``; the request
     /// `requestID` is answered through `ticket` once it is made.
-    mutating func begin(from journal: any JournalStore, now: MonotonicTime, ticket: () -> HoldTicket, requestID: UInt64) throws(Refusal) {
+    mutating func begin(from journal: any JournalStore, now: MonotonicTime, ticket: () -> HoldTicket, requestID: UInt64,
+                        owner: RoutingID) throws(Refusal) {
         expire(now: now)
         guard copies.count + (making == nil ? 0 : 1) < Self.maxCopies else {
             throw Refusal(.quotaExceeded, "a backup is being made or read already; retry once it is done (or a minute after its last request)")
@@ -73,7 +79,7 @@ struct BackupCopies {
         } catch {
             throw Refusal(.internal, "cannot copy the journal: \(error)")
         }
-        making = Making(token: token, backup: backup, ticket: ticket(), requestID: requestID)
+        making = Making(token: token, backup: backup, ticket: ticket(), requestID: requestID, owner: owner)
     }
 
     /// Copies up to `pages` more pages of the copy being made. The journal is idle (no commit in
@@ -91,12 +97,13 @@ struct BackupCopies {
         var info = stat()
         let size = stat(current.backup.path, &info) == 0 ? UInt64(info.st_size) : 0
         copies[current.token] = Copy(path: current.backup.path, size: size, revision: revision, epoch: current.backup.epoch,
-                                     lastUsed: now)
+                                     lastUsed: now, owner: current.owner)
         return .made(current)
     }
 
     /// The chunk of copy `token` at `offset`; a copy read to its end is deleted.
-    mutating func chunk(_ token: [UInt8], at offset: UInt64, now: MonotonicTime) throws(Refusal) -> Beacon_V1_BackupReply {
+    /// - Parameter owner: the connection asking; the copy is its from now on (`nil`: unchanged).
+    mutating func chunk(_ token: [UInt8], at offset: UInt64, now: MonotonicTime, owner: RoutingID? = nil) throws(Refusal) -> Beacon_V1_BackupReply {
         expire(now: now)
         guard var copy = copies[token] else {
             throw Refusal(.notFound, "no backup under this token (done, or idle for more than \(Self.idleLimit / 1000) s); start again")
@@ -122,6 +129,7 @@ struct BackupCopies {
             copies[token] = nil
         } else {
             copy.lastUsed = now
+            if let owner { copy.owner = owner }
             copies[token] = copy
         }
         return .with {
@@ -141,6 +149,19 @@ struct BackupCopies {
             try? FileManager.default.removeItem(atPath: copy.path)
             copies[token] = nil
         }
+    }
+
+    /// Deletes the copies connection `owner` asked for last, and stops the one it is having made
+    /// (its connection closed). Returns that one, whose request is to be answered or dropped.
+    mutating func release(owner: RoutingID) -> Making? {
+        for (token, copy) in copies where copy.owner == owner {
+            try? FileManager.default.removeItem(atPath: copy.path)
+            copies[token] = nil
+        }
+        guard let stopped = making, stopped.owner == owner else { return nil }
+        stopped.backup.cancel()
+        making = nil
+        return stopped
     }
 
     /// Deletes every copy, and stops the one being made (the daemon stops; its journal is still

@@ -179,6 +179,9 @@ struct ReplyFlows {
         return true
     }
 
+    /// The connection with descriptor `fd`, if it sent a request since it connected.
+    func connection(withDescriptor fd: Int32) -> RoutingID? { byDescriptor[fd] }
+
     /// Forgets the connection that had descriptor `fd` (it is gone); its waiting replies are dropped.
     mutating func disconnected(fd: Int32) {
         if let id = byDescriptor[fd] { forget(id) }
