@@ -56,7 +56,11 @@ extension ServerLoop {
         logShed(connections.drain(role) { fd in
             switch role {
             case .requests:
-                if let id = network.replyFlows.connection(withDescriptor: fd) { releaseBackups(of: id) }
+                if let id = network.replyFlows.connection(withDescriptor: fd) {
+                    // Gone: nothing more is done for it.
+                    turns.drop(id)
+                    releaseBackups(of: id)
+                }
                 network.replyFlows.disconnected(fd: fd)
             case .subscribers: publisher.subscriptionLedger.closed(fd: fd)
             }
@@ -71,6 +75,7 @@ extension ServerLoop {
         let closed = victim.fd >= 0 && connections.shutDown(fd: victim.fd, on: .requests, from: victim.peer,
                                                             closed: { network.replyFlows.disconnected(fd: $0) }, shed: { logShed($0) })
         network.replyFlows.close(victim.id, now: clock.now())
+        turns.drop(victim.id)
         guard closed, let held = stats.logThrottle.admit("connection.slow", now: clock.now()) else { return }
         logger.notice("connection closed: \(what)", metadata: [
             "peer": "\(victim.peer)", "unread.bytes": "\(victim.heldBytes)", "reason": "\(victim.reason)",

@@ -16,17 +16,73 @@ extension ServerLoop {
         if network.replyFlows.isClosed(connection, now: clock.now()) { return 1 }
         noteConnection(of: body, id: connection)
         let context = requestContext(of: body)
-        return body.withUnsafeBytes { bytes in
-            if let batch = FastBatch.parse(bytes) {
-                guard let replies = startBatch(id: batch.id, count: batch.requests.count, envelope: envelope) else { return 1 }
-                for (slot, range) in batch.requests.enumerated() {
-                    handle(UnsafeRawBufferPointer(rebasing: bytes[range]), route: .batch(replies, slot: slot), inBatch: true,
-                           context: context)
-                }
-                return batch.requests.count
-            }
-            return handle(bytes, route: .peer(envelope), inBatch: false, context: context)
+        if turns.mustWait(connection, peer: context.peer) {
+            // Its peer has used its turn, or earlier work of its connection waits: it waits too, in order.
+            turns.park(.message(body: body.bytes, envelope: envelope, context: context), of: connection, peer: context.peer,
+                       now: clock.now())
+            return 1
         }
+        return body.withUnsafeBytes { handle(message: $0, envelope: envelope, context: context) }
+    }
+
+    /// Handles one request message's body.
+    /// - Returns: how many requests it carried.
+    private func handle(message bytes: UnsafeRawBufferPointer, envelope: ReplyEnvelope, context: RequestContext) -> Int {
+        if let batch = FastBatch.parse(bytes) {
+            guard let replies = startBatch(id: batch.id, count: batch.requests.count, envelope: envelope, peer: context.peer) else { return 1 }
+            handleBatch(bytes, requests: batch.requests, from: 0, replies: replies, context: context)
+            return batch.requests.count
+        }
+        return handle(bytes, route: .peer(envelope), inBatch: false, context: context)
+    }
+
+    /// Handles the requests of a batch from `start` on, until its peer's turn is used up; the
+    /// rest waits, first in its connection's line, for the peer's next turn.
+    private func handleBatch(_ bytes: UnsafeRawBufferPointer, requests: [Range<Int>], from start: Int, replies: BatchReplies,
+                             context: RequestContext) {
+        for slot in start..<requests.count {
+            if slot > start, turns.isSpent(context.peer) {
+                turns.parkContinuation(.batchRest(body: Array(bytes), requests: requests, next: slot, replies: replies, context: context),
+                                       of: replies.envelope.connection, peer: context.peer, now: clock.now())
+                return
+            }
+            handle(UnsafeRawBufferPointer(rebasing: bytes[requests[slot]]), route: .batch(replies, slot: slot), inBatch: true,
+                   context: context)
+        }
+    }
+
+    /// The same for a batch the full decoder read.
+    private func handleBatch(_ requests: [Beacon_V1_Request], from start: Int, replies: BatchReplies, context: RequestContext) {
+        for slot in start..<requests.count {
+            if slot > start, turns.isSpent(context.peer) {
+                turns.parkContinuation(.decodedBatchRest(requests: requests, next: slot, replies: replies, context: context),
+                                       of: replies.envelope.connection, peer: context.peer, now: clock.now())
+                return
+            }
+            handle(requests[slot], route: .batch(replies, slot: slot), inBatch: true, context: context)
+        }
+    }
+
+    /// Serves the requests that wait for their peer's turn, a turn per peer, until every peer
+    /// with work has used its turn in this pass or nothing waits. Work of a connection closed
+    /// for not reading its replies is dropped.
+    func serveWaitingRequests() {
+        let now = clock.now()
+        while let (id, work) = turns.next(now: now) {
+            if network.replyFlows.isClosed(id, now: now) {
+                turns.drop(id)
+                continue
+            }
+            switch work {
+            case .message(let body, let envelope, let context):
+                _ = body.withUnsafeBytes { handle(message: $0, envelope: envelope, context: context) }
+            case .batchRest(let body, let requests, let next, let replies, let context):
+                body.withUnsafeBytes { handleBatch($0, requests: requests, from: next, replies: replies, context: context) }
+            case .decodedBatchRest(let requests, let next, let replies, let context):
+                handleBatch(requests, from: next, replies: replies, context: context)
+            }
+        }
+        writes.completeCommitIfReady()
     }
 
     /// Handles one encoded request.
@@ -70,10 +126,8 @@ extension ServerLoop {
                 return 1
             }
             guard case .peer(let envelope) = route,
-                  let replies = startBatch(id: request.id, count: batch.requests.count, envelope: envelope) else { return 1 }
-            for (slot, inner) in batch.requests.enumerated() {
-                handle(inner, route: .batch(replies, slot: slot), inBatch: true, context: context)
-            }
+                  let replies = startBatch(id: request.id, count: batch.requests.count, envelope: envelope, peer: context.peer) else { return 1 }
+            handleBatch(batch.requests, from: 0, replies: replies, context: context)
             return batch.requests.count
         case .compact(let compact):
             do {
@@ -107,15 +161,33 @@ extension ServerLoop {
         case .some(let op):
             // Reads see only committed state: commit what is staged first.
             writes.flush()
+            var cost = ReadCost(allowance: readAllowance(for: route, context: context))
             do {
-                var reply = try answer(op, context: context)
+                var reply = try answer(op, context: context, cost: &cost)
                 reply.id = request.id
                 send(reply, to: route)
             } catch {
                 refuse(request.id, error, route: route)
             }
+            spend(cost, on: route, context: context)
         }
         return 1
+    }
+
+    /// Bytes the reply to a read on `route` may take: the rest of its batch's allowance, or what
+    /// its connection may still have unread (``ReplyFlows/allowance(for:)``).
+    private func readAllowance(for route: ReplyRoute, context: RequestContext) -> Int {
+        network.replyFlows.allowance(for: route.connection, building: turns.bytesBuilding(for: context.peer))
+    }
+
+    /// Counts what a read cost against its peer's allowance (while its batch is unfinished) and turn.
+    private func spend(_ cost: ReadCost, on route: ReplyRoute, context: RequestContext) {
+        if case .batch(let replies, _) = route {
+            replies.builtBytes += cost.bytes
+            turns.build(cost.bytes, for: replies.peer)
+        }
+        turns.charge(context.peer, bytes: cost.bytes + ReadCost.perRequestBytes)
+        if cost.refused { stats.quotaExceeded += 1 }
     }
 
     /// Answers request `id` with `rejection`'s error (and the head revision), counting it.
@@ -131,7 +203,7 @@ extension ServerLoop {
 
     /// The collector of a batch's replies, or `nil` after refusing a batch that is empty or
     /// too long.
-    private func startBatch(id: UInt64, count: Int, envelope: ReplyEnvelope) -> BatchReplies? {
+    private func startBatch(id: UInt64, count: Int, envelope: ReplyEnvelope, peer: String) -> BatchReplies? {
         guard count > 0 else {
             reject(.peer(envelope), id, .invalidArgument, "the batch holds no requests")
             return nil
@@ -142,7 +214,7 @@ extension ServerLoop {
         }
         stats.requests += UInt64(count - 1)  // the batch counts as each request it holds
         stats.batches += 1
-        return BatchReplies(envelope: envelope, id: id, count: count)
+        return BatchReplies(envelope: envelope, id: id, count: count, peer: peer)
     }
 
 
@@ -215,7 +287,7 @@ extension ServerLoop {
     }
 
     /// Answers a read, snapshot, history, stats or admin request.
-    private func answer(_ op: Beacon_V1_Request.OneOf_Op, context: RequestContext) throws(Refusal) -> Beacon_V1_Reply {
+    private func answer(_ op: Beacon_V1_Request.OneOf_Op, context: RequestContext, cost: inout ReadCost) throws(Refusal) -> Beacon_V1_Reply {
         var reply = Beacon_V1_Reply()
         let now = clock.now()
         switch op {
@@ -233,6 +305,7 @@ extension ServerLoop {
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
                 do throws(Refusal) {
+                    try cost.add(ReadCost.estimate(key: key, value: list.keysOnly ? 0 : entry.value.count))
                     result.kvs.append(try keyValue(key, entry, includingValue: !list.keysOnly))
                 } catch {
                     failed = error
@@ -246,7 +319,7 @@ extension ServerLoop {
         case .snapshot(let request):
             try checkPrefix(request.prefix)
             try checkRead(prefix: request.prefix, context: context)
-            reply.snapshot = try snapshot(request, now: now, context: context)
+            reply.snapshot = try snapshot(request, now: now, context: context, cost: &cost)
 
         case .delta, .history:
             preconditionFailure("answered by changesAnswer(_:id:)")
@@ -358,7 +431,7 @@ extension ServerLoop {
         return revision
     }
 
-    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime, context: RequestContext) throws(Refusal)
+    private func snapshot(_ request: Beacon_V1_Snapshot, now: MonotonicTime, context: RequestContext, cost: inout ReadCost) throws(Refusal)
         -> Beacon_V1_SnapshotReply {
         var result = Beacon_V1_SnapshotReply()
         result.epoch = writes.epoch
@@ -374,6 +447,7 @@ extension ServerLoop {
                 guard !entry.isDeleted else { return true }
                 if result.kvs.count == limit { result.more = true; return false }
                 do throws(Refusal) {
+                    try cost.add(ReadCost.estimate(key: key, value: entry.value.count))
                     result.kvs.append(try keyValue(key, entry))
                 } catch {
                     failed = error
@@ -403,6 +477,7 @@ extension ServerLoop {
         result.revision = request.revision
         result.kvs.reserveCapacity(entries.count)
         for entry in entries {
+            try cost.add(ReadCost.estimate(key: entry.key, value: entry.value.count))
             result.kvs.append(try keyValue(entry.key, .init(
                 value: entry.value, version: entry.version, createRevision: entry.createRevision,
                 modRevision: entry.modRevision, expiresAtMilliseconds: entry.expiresAtMilliseconds, isDeleted: false,
@@ -427,7 +502,8 @@ extension ServerLoop {
             if delta.snapshotIfSmaller, try deltaOutgrowsState(prefix: delta.prefix, since: delta.sinceRevision) {
                 var reply = Beacon_V1_Reply()
                 reply.id = id
-                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now, context: context)
+                var cost = ReadCost(allowance: .max)  // a mirror's resync: bounded by the prefix's state
+                reply.snapshot = try snapshot(.with { $0.prefix = delta.prefix }, now: now, context: context, cost: &cost)
                 return .answer(reply, dependsOnStaged: false)
             }
             let prefixRevision = lease(delta.prefix, now: now, holder: context.peer)
@@ -559,7 +635,11 @@ extension ServerLoop {
         case .peer(let envelope):
             send(body: body, to: envelope)
         case .batch(let replies, let slot):
-            if let whole = replies.fill(slot, with: .encoded(body)) { send(body: whole, to: replies.envelope) }
+            if let whole = replies.fill(slot, with: .encoded(body)) {
+                // Answered whole: what it built is held as its reply from now on.
+                if replies.builtBytes > 0 { turns.build(-replies.builtBytes, for: replies.peer) }
+                send(body: whole, to: replies.envelope)
+            }
         }
     }
 
@@ -570,6 +650,7 @@ extension ServerLoop {
             send(body: WireEncoder.writeReply(id: id, revision: revision, version: version), to: envelope)
         case .batch(let replies, let slot):
             if let whole = replies.fill(slot, with: .oneKeyWrite(id: id, revision: revision, version: version)) {
+                if replies.builtBytes > 0 { turns.build(-replies.builtBytes, for: replies.peer) }
                 send(body: whole, to: replies.envelope)
             }
         }

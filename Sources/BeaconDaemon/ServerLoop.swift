@@ -39,6 +39,8 @@ final class ServerLoop: @unchecked Sendable {
     @exclusivity(unchecked) var access: AccessControl
     /// The loop's own timers: heartbeats, compaction, systemd's watchdog and status, the publish socket.
     @exclusivity(unchecked) var timers = TimerQueue<LoopTimer>()
+    /// Each peer's turn of read work in a pass, and the requests waiting for the next.
+    @exclusivity(unchecked) var turns: RequestTurns
     /// Counters, rates and the throttle of log lines peers can cause.
     @exclusivity(unchecked) var stats: DaemonStats
     /// Compaction, backups and the scan for subscribers that do not read.
@@ -72,6 +74,7 @@ final class ServerLoop: @unchecked Sendable {
         stats = DaemonStats(startedAt: clock.now())
         access = AccessControl(policy: configuration.access, limits: configuration.limits)
         maintenance = Maintenance(backups: BackupCopies(directory: configuration.stateDirectory))
+        turns = RequestTurns(ownership: LoopOwnership())
         func whileStarting<Result, Failure: Error>(_ what: String, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
             guard let notifier else { return try body() }
             return try notifier.extendingStartTimeout(what, body)
@@ -179,8 +182,17 @@ final class ServerLoop: @unchecked Sendable {
         "revision \(writes.headRevision), \(writes.store.liveCount) keys, \(publisher.tracker.tracked.count) followed prefixes, "
             + "\(Int(writesPerSecond.rounded())) writes/s, journal \(writes.pipeline.sizeInBytes / 1024) KiB"
             + (writes.isReadOnly ? ", READ-ONLY: \(writes.backoff.reason ?? "journal unwritable")" : "")
-            + servingStatus
+            + servingStatus + waitingStatus
             + authority.statusLine(headRevision: writes.headRevision)
+    }
+
+    /// How long a request may wait for its peer's turn before the status line says so.
+    static let waitingBoundMilliseconds: UInt64 = 1000
+
+    /// What the status line says when requests have waited for their turn longer than the bound.
+    private var waitingStatus: String {
+        let waited = turns.oldestWait(at: clock.now())
+        return waited > Self.waitingBoundMilliseconds ? ", BEHIND: a request has waited \(waited) ms for its peer's turn" : ""
     }
 
     /// What the status line says when libzmq has moved no message for more than a watchdog interval.
@@ -261,6 +273,7 @@ final class ServerLoop: @unchecked Sendable {
     func run() {
         nameCurrentThread("beacond-loop")
         writes.ownership.claim()
+        turns.claimOwnership()
         do {
             try network.placement?.apply()
         } catch {
@@ -281,7 +294,12 @@ final class ServerLoop: @unchecked Sendable {
                 logger.error("poll failed", metadata: ["error": "\(error)"])
                 break
             }
+            turns.startPass()
             servedRequests = registry.serviceReady()
+            if turns.hasWaiting {
+                serveWaitingRequests()
+                servedRequests = true
+            }
             let after = clock.now()
             writes.fireDueTimers(at: after)
             while let (timer, _) = timers.popDue(at: after) { fire(timer, at: after) }
@@ -305,6 +323,7 @@ final class ServerLoop: @unchecked Sendable {
         }
         // Kept replies are offered again soon: a connection reading them is not told so.
         if network.replyFlows.hasWaiting { timeout = min(timeout, 2) }
+        if turns.hasWaiting { timeout = 0 }  // requests wait for their peers' next turns
         if let wait = authority.pollTimeoutMilliseconds { timeout = min(timeout, wait) }
         return timeout
     }

@@ -57,6 +57,7 @@ var keepAliveFlood = 0
 var leaseFlood = 0
 var unreadLists = 0
 var listsPerBatch = 8
+var keysOnly = false
 var connectionCount = 1
 var stopWhenSubscribed = false
 var churnMilliseconds = 0
@@ -86,6 +87,7 @@ while let argument = arguments.popFirst() {
     case "--hold-connections": holdConnections = Int(arguments.popFirst() ?? "") ?? 0
     case "--unread-lists": unreadLists = Int(arguments.popFirst() ?? "") ?? 0
     case "--lists-per-batch": listsPerBatch = Int(arguments.popFirst() ?? "") ?? 8
+    case "--keys-only": keysOnly = true
     case "--connections": connectionCount = Int(arguments.popFirst() ?? "") ?? 1
     case "--stop-when-subscribed": stopWhenSubscribed = true
     case "--churn-publish": churnMilliseconds = Int(arguments.popFirst() ?? "") ?? 0
@@ -201,7 +203,7 @@ if holdConnections > 0 {
 }
 
 if unreadLists > 0 {
-    let list = Beacon_V1_Request.with { $0.list = .with { $0.prefix = prefix } }
+    let list = Beacon_V1_Request.with { $0.list = .with { $0.prefix = prefix; $0.keysOnly = keysOnly } }
     let batch = Beacon_V1_Request.OneOf_Op.batch(.with { $0.requests = Array(repeating: list, count: listsPerBatch) })
     // Each takes in one reply at most: the rest stay at the daemon, handed to its libzmq or kept.
     let clients = try (0..<connectionCount).map { _ in

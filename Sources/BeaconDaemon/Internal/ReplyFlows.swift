@@ -179,6 +179,22 @@ struct ReplyFlows {
         return true
     }
 
+    /// Bytes a new reply to connection `id` may take before a bound would close the connection:
+    /// what it, its peer (not the superuser) and all connections may still hold. A connection
+    /// whose peer holds nothing may take a reply of any size (it goes to libzmq alone, as a
+    /// reading client's large reply always has).
+    /// - Parameter building: bytes built for the peer's replies not yet handed here (its
+    ///   unfinished batches), counted as held.
+    func allowance(for id: RoutingID, building: Int = 0) -> Int {
+        guard let flow = flows[id] else { return .max }
+        let peerHeld = (waitingByPeer[flow.peer] ?? 0) + (inFlightByPeer[flow.peer]?.value ?? 0) + building
+        if peerHeld == 0 && held(flow) == 0 { return .max }
+        var room = limits.perConnection - held(flow) - building
+        if flow.peer != .user(0) { room = min(room, limits.perPeer - peerHeld) }
+        room = min(room, limits.total - (waitingBytes + inFlightTotal.value))
+        return max(room, 0)
+    }
+
     /// The connection with descriptor `fd`, if it sent a request since it connected.
     func connection(withDescriptor fd: Int32) -> RoutingID? { byDescriptor[fd] }
 

@@ -36,10 +36,16 @@ final class BatchReplies {
     // The loop thread's alone: no dynamic exclusivity checks (two per write otherwise).
     @exclusivity(unchecked) private var replies: [WireEncoder.BatchReplyItem?]
     @exclusivity(unchecked) private var missing: Int
+    /// The peer that sent it (`RequestContext.peer`).
+    let peer: String
+    /// Reply bytes its reads have built so far (``ReadCost``): a batch costs the sum of its
+    /// parts, counted against its peer's allowance until it is answered whole.
+    @exclusivity(unchecked) var builtBytes = 0
 
-    init(envelope: ReplyEnvelope, id: UInt64, count: Int) {
+    init(envelope: ReplyEnvelope, id: UInt64, count: Int, peer: String = "") {
         self.envelope = envelope
         self.id = id
+        self.peer = peer
         replies = Array(repeating: nil, count: count)
         missing = count
     }
