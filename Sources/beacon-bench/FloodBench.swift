@@ -34,6 +34,7 @@ struct FloodBench: ParsableCommand {
         case manySubscriptions = "8-byte subscriptions, a million"
         case unreadReplies = "Lists of 2 MB, replies never read"
         case unreadRepliesManyConnections = "Lists of 2 MB, 20 connections never read"
+        case unreadBatchedReads = "batched reads never read, 20 connections"
         case unreadPublications = "1 MiB values, a subscriber never reads"
         case unreadSmallPublications = "small values, 48 subscribers never read"
     }
@@ -49,6 +50,12 @@ struct FloodBench: ParsableCommand {
                          result.unloaded.p50, result.unloaded.p99, result.loaded.p50, p50Ratio, result.loaded.p99,
                          result.loaded.p99 / result.unloaded.p99, format(result.floodSent), format(result.floodAccepted),
                          format(result.floodRefused), result.held))
+            if let pings = result.pings {
+                print(String(format: "    root's Ping round trips, ms: unloaded p50 %.2f p99 %.2f max %.2f | under flood p50 %.2f p99 %.2f max %.2f | from 1 s after it p50 %.2f p99 %.2f max %.2f; target p99 under 50 ms: %@",
+                             pings.unloaded.p50, pings.unloaded.p99, pings.unloaded.max, pings.loaded.p50, pings.loaded.p99, pings.loaded.max,
+                             pings.after.p50, pings.after.p99, pings.after.max,
+                             max(pings.loaded.p99, pings.after.p99) < 50 && pings.unanswered == 0 ? "met" : "NOT met (\(pings.unanswered) unanswered)"))
+            }
             if abuse == .writesLimited {
                 print("  (the limit applies to every peer; a burst of \(samples * 3) lets the well-behaved client's samples through)")
                 print("  target: well-behaved p50 within 2× of unloaded while throttled: \(p50Ratio <= 2 ? "met" : "NOT met")")
@@ -64,6 +71,16 @@ struct FloodBench: ParsableCommand {
         var floodRefused: Double
         /// What the daemon holds at the end, from its stats.
         var held: String
+        /// Root's pings before, during and after the flood (for the batched reads).
+        var pings: Pings?
+    }
+
+    /// Root's `Ping` round trips in ms, and how many got no answer within 3 s.
+    struct Pings {
+        var unloaded: (p50: Double, p99: Double, max: Double)
+        var loaded: (p50: Double, p99: Double, max: Double)
+        var after: (p50: Double, p99: Double, max: Double)
+        var unanswered: Int
     }
 
     /// The loopback tcp port the daemon bound for `role` (`request`, `publish`), from `beacond.endpoints`.
@@ -102,7 +119,10 @@ struct FloodBench: ParsableCommand {
         let publishPort = try Self.boundPort("publish", runtimeDirectory: daemon.runtimeDirectory)
         let client = try WireClient(runtimeDirectory: daemon.runtimeDirectory)
         if abuse == .unreadReplies || abuse == .unreadRepliesManyConnections { try fillTwoMegabyteList(client) }
+        if abuse == .unreadBatchedReads { try fillTwoThousandKeys(client) }
         let unloaded = try latencies(client)
+        var unanswered = 0
+        let unloadedPings = abuse == .unreadBatchedReads ? pingLatencies(client, unanswered: &unanswered) : nil
 
         let target = FloodTarget(runtimeDirectory: daemon.runtimeDirectory, daemonPID: daemon.process.processIdentifier, port: port, publishPort: publishPort,
                                  credentials: CurveCredentials(serverKey: server.publicKey, keys: flooderKeys),
@@ -114,10 +134,17 @@ struct FloodBench: ParsableCommand {
         Thread.sleep(forTimeInterval: 0.5)
         let started = now()
         let loaded = try latencies(client)
+        let loadedPings = abuse == .unreadBatchedReads ? pingLatencies(client, unanswered: &unanswered) : nil
         let seconds = Double(now() - started) / 1e9
         stop.store(true, ordering: .relaxed)
         while !flooder.isFinished { usleep(10_000) }
         usleep(100_000)
+        var pings: Pings?
+        if let unloadedPings, let loadedPings {
+            usleep(900_000)  // from 1 s after the flooder's connections closed
+            pings = Pings(unloaded: unloadedPings, loaded: loadedPings, after: pingLatencies(client, unanswered: &unanswered),
+                          unanswered: unanswered)
+        }
         let flood = counts.withLock { $0 }
         let total = seconds + 0.5
         let stats = try client.stats()
@@ -128,7 +155,34 @@ struct FloodBench: ParsableCommand {
             + "\(stats.publishBytesUnsent >> 20) MiB unsent (\(stats.slowSubscribersClosed) slow subscribers closed), "
             + "peak memory \(residentBytes(of: daemon.process.processIdentifier, "VmHWM") >> 20) MiB"
         return Result(unloaded: unloaded, loaded: loaded, floodSent: Double(flood.sent) / total,
-                      floodAccepted: Double(flood.accepted) / total, floodRefused: Double(flood.refused) / total, held: held)
+                      floodAccepted: Double(flood.accepted) / total, floodRefused: Double(flood.refused) / total, held: held,
+                      pings: pings)
+    }
+
+    /// Fills `flood.app.` with 2,000 keys of 300 bytes: a keys-only List of them is about 70 KB.
+    private func fillTwoThousandKeys(_ client: WireClient) throws {
+        let value = Beacon_V1_Value.with { $0.bytesValue = Data(repeating: 7, count: 300) }
+        for chunk in stride(from: 0, to: 2000, by: 500) {
+            _ = try client.batch((chunk..<chunk + 500).map { index in .put(.with { $0.key = "flood.app.k\(index)"; $0.value = value }) })
+        }
+    }
+
+    /// Root's pings, one after another, for 3 s: p50, p99 and the slowest in ms; a ping with no
+    /// answer within 3 s is counted in `unanswered`.
+    private func pingLatencies(_ client: WireClient, unanswered: inout Int) -> (p50: Double, p99: Double, max: Double) {
+        var values: [Double] = []
+        let end = now() + 3_000_000_000
+        while now() < end {
+            let start = now()
+            guard (try? client.ping(timeoutMilliseconds: 3000)) != nil else {
+                unanswered += 1
+                continue
+            }
+            values.append(Double(now() - start) / 1e6)
+            usleep(2000)
+        }
+        values.sort()
+        return (percentile(values, 0.5), percentile(values, 0.99), values.last ?? 0)
     }
 
     /// Fills `flood.big.` with 500 keys of 4,000 bytes: a List of them is a 2 MB reply.

@@ -44,6 +44,8 @@ struct Flooder {
         case .manySubscriptions: return subscriptions(topicBytes: 8, perConnection: 1_000_000, connections: 1, until: stop)
         case .unreadReplies: return unreadLists(connections: 1, batches: 20, listsPerBatch: 8, until: stop)
         case .unreadRepliesManyConnections: return unreadLists(connections: 20, batches: 1, listsPerBatch: 2, until: stop)
+        case .unreadBatchedReads:
+            return unreadLists(prefix: "flood.app.", keysOnly: true, connections: 20, batches: 3, listsPerBatch: 256, until: stop)
         case .unreadPublications: return unreadPublications(until: stop)
         case .unreadSmallPublications: return unreadSmallPublications(subscribers: 48, until: stop)
         }
@@ -174,9 +176,10 @@ struct Flooder {
 
     /// `connections` connections whose libzmq takes in one reply and then reads nothing more,
     /// each sending `batches` batches of `listsPerBatch` 2 MB Lists; all opened anew every 0.5 s.
-    private func unreadLists(connections: Int, batches: Int, listsPerBatch: Int, until stop: borrowing Atomic<Bool>) -> FloodCounts {
+    private func unreadLists(prefix: String = "flood.big.", keysOnly: Bool = false, connections: Int, batches: Int, listsPerBatch: Int,
+                             until stop: borrowing Atomic<Bool>) -> FloodCounts {
         guard let context = try? ZMQContext() else { return FloodCounts() }
-        let list = Beacon_V1_Request.with { $0.list = .with { $0.prefix = "flood.big." } }
+        let list = Beacon_V1_Request.with { $0.list = .with { $0.prefix = prefix; $0.keysOnly = keysOnly } }
         let batch = (try? Beacon_V1_Request.with { $0.batch = .with { $0.requests = Array(repeating: list, count: listsPerBatch) } }
             .serializedBytes() as [UInt8]) ?? []
         var counts = FloodCounts()

@@ -54,7 +54,13 @@ extension AccessTests {
         print("root's pings: quiet \(summary(quiet.map { $0 })); under attack \(summary(underAttack)); after \(summary(after))")
         #expect(!underAttack.contains { $0 == nil }, "pings went unanswered under attack: \(summary(underAttack))")
         #expect(!after.contains { $0 == nil }, "pings went unanswered after the attack: \(summary(after))")
-        // A bound that holds on a loaded machine; `make bench-flood` measures the figures.
+        // Bounds that hold in a debug build on a loaded machine (the suite's other tests, a busy
+        // loop beside them); `make bench-flood` measures a release build against 50 ms.
+        func p99(_ rounds: [Double?]) -> Double {
+            let answered = rounds.compactMap { $0 }.sorted()
+            return answered.isEmpty ? .infinity : answered[min(answered.count - 1, answered.count * 99 / 100)]
+        }
+        #expect(p99(underAttack) < 250 && p99(after) < 250, "\(summary(underAttack)); after: \(summary(after))")
         let worst = (underAttack + after).compactMap { $0 }.max() ?? 0
         #expect(worst < 1000, "a ping waited \(worst) ms: \(summary(underAttack)); after: \(summary(after))")
         // The attacker's connections were served within their bounds, nothing more.

@@ -14,7 +14,7 @@ import BeaconProtocol
 /// State only, owned by the loop thread (checked in debug builds).
 struct RequestTurns {
     /// Reply bytes one peer's reads may produce in one pass before its further requests wait.
-    static let bytesPerTurn = 256 << 10
+    static let bytesPerTurn = 64 << 10
 
     /// A request's work kept for its peer's next turn.
     enum Work {
@@ -118,7 +118,8 @@ struct RequestTurns {
     /// first in its line: it comes before the connection's later messages.
     mutating func parkContinuation(_ work: Work, of id: RoutingID, peer: String, now: MonotonicTime) {
         ownership.check()
-        guard var entry = waiting[id] else {
+        // Taken out while it changes: the dictionary keeps no second reference to its array.
+        guard var entry = waiting.removeValue(forKey: id) else {
             park(work, of: id, peer: peer, now: now)
             return
         }
@@ -137,13 +138,17 @@ struct RequestTurns {
         ownership.check()
         for index in order.indices {
             let id = order[index]
-            guard var entry = waiting[id], !isSpent(entry.peer) else { continue }
+            guard let peer = waiting[id]?.peer, !isSpent(peer), var entry = waiting.removeValue(forKey: id) else { continue }
             let work = entry.work[entry.start]
             entry.start += 1
             order.remove(at: index)
-            if entry.start == entry.work.count {
-                waiting[id] = nil
-            } else {
+            if entry.start < entry.work.count {
+                // What was handed out goes (a connection that always has work waiting would
+                // otherwise keep every message it ever sent).
+                if entry.start >= 32 && entry.start * 2 >= entry.work.count {
+                    entry.work.removeFirst(entry.start)
+                    entry.start = 0
+                }
                 entry.since = now
                 waiting[id] = entry
                 order.append(id)
