@@ -1,6 +1,10 @@
 # Beacon — entry points for people, CI and tools. `make help` lists them.
 SHELL := /bin/bash
 SWIFT ?= swift
+# ETCD=1 builds etcd fronts in (the Etcd trait: gRPC, swift-nio, BoringSSL); the default build
+# has the embedded daemon, the CLI and the client library only.
+ETCD ?=
+TRAITS = $(if $(ETCD),--traits Etcd)
 # Debian's Python, which has the packages below (python3-zmq, python3-protobuf, python3-pytest).
 PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
@@ -11,12 +15,13 @@ RUN_DIR ?= $(CURDIR)/.run
 # wall-clock steps; etcd for the etcd client's and fronts' tests, which start clusters of it.
 APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf python3-pytest strace faketime sqlite3 passwd util-linux iproute2 etcd-server etcd-client openssl
 
-.PHONY: help deps build release run test test-race soak-core soak-follower soak-pub soak-etcd bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-etcd bench-python man completions install proto clean
+.PHONY: help deps build release run test test-etcd test-race soak-core soak-follower soak-pub soak-etcd bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-etcd bench-python man completions install proto clean
 
 help:
 	@echo "make deps          install the Debian packages Beacon needs (apt-get)"
 	@echo "make run           build, start beacond on embedded defaults, show it working"
 	@echo "make test          run every test (the command CI runs)"
+	@echo "make test-etcd     the etcd fronts' tests, in a build with etcd (CI runs it too); ETCD=1 builds any target with etcd fronts"
 	@echo "make test-race     run every test under ThreadSanitizer (CI runs it too)"
 	@echo "make soak-core     the reactive core against its reference model, 100,000 random graphs"
 	@echo "make soak-follower the client follower core against a simulated lossy daemon, 50,000 runs"
@@ -49,25 +54,31 @@ deps:
 	fi
 
 build: deps
-	$(SWIFT) build
+	$(SWIFT) build $(TRAITS)
 
 release: deps
-	$(SWIFT) build -c release
+	$(SWIFT) build $(TRAITS) -c release
 
 # Starts beacond with a local journal and sockets under .run/, writes and watches a few
 # signals with the beacon CLI, then keeps the daemon in the foreground until Ctrl-C.
 # Builds only what the demo runs (not the benchmarks).
 run: deps
-	$(SWIFT) build --product beacond
-	$(SWIFT) build --product beacon
-	$(SWIFT) build --product beacon-example
-	@scripts/run-demo.sh "$$($(SWIFT) build --show-bin-path)" "$(RUN_DIR)"
+	$(SWIFT) build $(TRAITS) --product beacond
+	$(SWIFT) build $(TRAITS) --product beacon
+	$(SWIFT) build $(TRAITS) --product beacon-example
+	@scripts/run-demo.sh "$$($(SWIFT) build $(TRAITS) --show-bin-path)" "$(RUN_DIR)"
 
 # The Swift suite, then the Python client's against the same build's daemons.
 test: deps
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --parallel --num-workers 2
-	BEACON_BIN_DIR="$$($(SWIFT) build --show-bin-path)" $(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
+	$(SWIFT) build $(TRAITS) --build-tests
+	$(SWIFT) test $(TRAITS) --parallel --num-workers 2
+	BEACON_BIN_DIR="$$($(SWIFT) build $(TRAITS) --show-bin-path)" $(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
+
+# The etcd fronts' tests, in a build with the Etcd trait; CI runs it after `make test`.
+test-etcd: ETCD := 1
+test-etcd: deps
+	$(SWIFT) build $(TRAITS) --build-tests
+	$(SWIFT) test $(TRAITS) --skip-build --parallel --num-workers 2 --filter Etcd
 
 # The whole suite built with ThreadSanitizer in its own build folder; a race in the test process
 # or in a beacond it starts stops that process with an error. One test at a time: instrumented
@@ -75,34 +86,35 @@ test: deps
 # into timeouts. scripts/tsan-suppressions.txt says which reports are not races.
 test-race: deps
 	BEACON_SANITIZED_RUN=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/scripts/tsan-suppressions.txt" \
-	  $(SWIFT) test --no-parallel --sanitize=thread --scratch-path .build-tsan
+	  $(SWIFT) test $(TRAITS) --no-parallel --sanitize=thread --scratch-path .build-tsan
 
 # The reactive core's reference-model test on 100,000 random graphs (6,000,000 steps; `make test`
 # runs 1,000). SOAK_BASE picks another range of seeds.
 SOAK_GRAPHS ?= 100000
 SOAK_BASE ?= 1000000
 soak-core: deps
-	$(SWIFT) build --build-tests
-	BEACON_MODEL_GRAPHS=$(SOAK_GRAPHS) BEACON_MODEL_BASE=$(SOAK_BASE) $(SWIFT) test --skip-build --filter ReferenceModelTests
+	$(SWIFT) build $(TRAITS) --build-tests
+	BEACON_MODEL_GRAPHS=$(SOAK_GRAPHS) BEACON_MODEL_BASE=$(SOAK_BASE) $(SWIFT) test $(TRAITS) --skip-build --filter ReferenceModelTests
 
 # The follower core's model test on 50,000 generated runs of drops, repairs and resyncs
 # (`make test` runs 1,000).
 soak-follower: deps
-	$(SWIFT) build --build-tests
-	BEACON_FOLLOWER_CASES=50000 $(SWIFT) test --skip-build --filter FollowerCoreModelTests
+	$(SWIFT) build $(TRAITS) --build-tests
+	BEACON_FOLLOWER_CASES=50000 $(SWIFT) test $(TRAITS) --skip-build --filter FollowerCoreModelTests
 
 # beacon pub of 20,000 lines while its daemon is stopped, killed or given a new journal at a
 # random point, 21 trials: fails on a hole, a duplicate, a line out of order or a line sent to
 # the new journal.
 soak-pub: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" pub-restarts
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" pub-restarts
 
 # Two etcd fronts under a writer through both while the etcd leader is killed 10 times
 # (`make test` kills it 3 times); ETCD_LEADER_KILLS sets how many.
 ETCD_LEADER_KILLS ?= 10
+soak-etcd: ETCD := 1
 soak-etcd: deps
-	$(SWIFT) build --build-tests
-	BEACON_ETCD_LEADER_KILLS=$(ETCD_LEADER_KILLS) $(SWIFT) test --skip-build --filter killingTheEtcdLeaderLosesNoAcknowledgedWriteAndAppliesNoneTwice
+	$(SWIFT) build $(TRAITS) --build-tests
+	BEACON_ETCD_LEADER_KILLS=$(ETCD_LEADER_KILLS) $(SWIFT) test $(TRAITS) --skip-build --filter killingTheEtcdLeaderLosesNoAcknowledgedWriteAndAppliesNoneTwice
 
 bench: bench-core bench-daemon bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-etcd bench-python
 
@@ -112,54 +124,55 @@ bench-core:
 	"$$($(SWIFT) build -c release --package-path Benchmarks --show-bin-path)/beacon-signals-bench"
 
 bench-daemon: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" daemon
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" daemon
 
 bench-client: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" client
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" client
 
 # Beacon beside raw libzmq, Mosquitto and Redis on one workload (the peers from Debian:
 # apt-get install mosquitto redis-server; a missing one is left out with a message).
 bench-peers: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" peers
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" peers
 
 # Catch-up after 1,000,000 missed changes, journal size per change, start-up and memory with
 # 1,000,000 keys.
 bench-scale: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" scale
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" scale
 
 # A well-behaved client's write latency alone and while another peer (a CURVE key) floods,
 # with the flooder's write rate limited and not.
 bench-flood: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" flood
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" flood
 
 # 3,000,000 random and mutated frames on the request socket, the publish socket and the raw ipc
 # streams of a daemon under an access policy; fails on a crash, a lost reply, a changed guarded
 # key or memory growth.
 bench-fuzz: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" fuzz
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" fuzz
 
 bench-compaction: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" compaction
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" compaction
 
 # 300 kill -9 trials: beacond killed the moment a refusal decided against pipelined writes
 # arrives; fails if anything such an answer said is gone after the restart.
 bench-crash: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" crash-replies
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" crash-replies
 
 # The Python client: updates/s into one mirror and write → callback latency, beside raw pyzmq.
 bench-python: release
-	$(PYTHON) clients/python/bench_mirror.py "$$($(SWIFT) build -c release --show-bin-path)"
+	$(PYTHON) clients/python/bench_mirror.py "$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)"
 
 # A primary and two relays on loopback tcp: the latency each hop adds beside a raw libzmq tcp
 # hop and a commit, and fan-out through the relays against every subscriber on the primary.
 bench-relay: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" relay
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" relay
 
 # Writes through an etcd front beside the same Swift gRPC client putting to etcd directly and
 # sending the front's own transactions while both fronts follow them; a write at one front →
 # diff at another's subscriber beside etcd's put → watch event.
+bench-etcd: ETCD := 1
 bench-etcd: release
-	"$$($(SWIFT) build -c release --show-bin-path)/beacon-bench" etcd
+	"$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)/beacon-bench" etcd
 
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release
@@ -170,12 +183,12 @@ man: release
 	@echo "man pages in .build/man"
 
 completions: release
-	@mkdir -p .build/completions; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	@mkdir -p .build/completions; bin="$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)"; \
 	for shell in bash zsh fish; do "$$bin/beacon" --generate-completion-script $$shell > .build/completions/beacon.$$shell; done
 	@echo "completions in .build/completions"
 
 install: release man completions
-	@bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	@bin="$$($(SWIFT) build $(TRAITS) -c release --show-bin-path)"; \
 	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)/etc/beacon" \
 	  "$(DESTDIR)/usr/lib/systemd/system" "$(DESTDIR)/usr/lib/sysusers.d" "$(DESTDIR)/usr/lib/tmpfiles.d"; \
 	install -m 0755 "$$bin/beacond" "$$bin/beacon" "$(DESTDIR)$(PREFIX)/bin/"; \

@@ -15,6 +15,11 @@ let package = Package(
         .library(name: "BeaconSignals", targets: ["BeaconSignals"]),
         .library(name: "Beacon", targets: ["Beacon"]),
     ],
+    // `Etcd`: etcd fronts (`beacond --etcd-endpoints`), which bring gRPC, swift-nio and BoringSSL
+    // into the build. Off by default: `swift build --traits Etcd`, or `make ETCD=1`.
+    traits: [
+        .trait(name: "Etcd", description: "beacond as a front of an etcd cluster (gRPC, swift-nio, BoringSSL)"),
+    ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
@@ -54,11 +59,12 @@ let package = Package(
         ]),
 
         // etcd's v3 API (generated from proto/etcd) behind one small client.
+        // Without the `Etcd` trait its sources compile to nothing, and none of gRPC is built.
         .target(name: "BeaconEtcd", dependencies: [
             "BeaconLocking",
-            .product(name: "GRPCCore", package: "grpc-swift-2"),
-            .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
-            .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
+            .product(name: "GRPCCore", package: "grpc-swift-2", condition: .when(traits: ["Etcd"])),
+            .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport", condition: .when(traits: ["Etcd"])),
+            .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf", condition: .when(traits: ["Etcd"])),
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
         ]),
 
@@ -70,7 +76,8 @@ let package = Package(
 
         // The daemon as a library, so that tests can run it in-process.
         .target(name: "BeaconDaemon", dependencies: [
-            "BeaconLocking", "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "BeaconEtcd", "CBeaconKernel", "CBeaconAcceptGuard",
+            "BeaconLocking", "BeaconZMQ", "BeaconJournal", "BeaconProtocol", "BeaconWire", "CBeaconKernel", "CBeaconAcceptGuard",
+            .target(name: "BeaconEtcd", condition: .when(traits: ["Etcd"])),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -89,7 +96,8 @@ let package = Package(
         // The daemon's, client's and peers' benchmarks (the reactive core's, which compares with
         // OpenCombine, is a package of its own: Benchmarks/).
         .executableTarget(name: "beacon-bench", dependencies: [
-            "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol", "BeaconLocking", "BeaconEtcd",
+            "Beacon", "BeaconDaemon", "BeaconJournal", "BeaconWire", "BeaconZMQ", "BeaconProtocol", "BeaconLocking",
+            .target(name: "BeaconEtcd", condition: .when(traits: ["Etcd"])),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
@@ -106,12 +114,16 @@ let package = Package(
         .testTarget(name: "BeaconZMQTests", dependencies: ["BeaconZMQ", "BeaconTestSupport"]),
         .testTarget(name: "BeaconWireTests", dependencies: ["BeaconWire", "BeaconProtocol", "BeaconTestSupport"]),
         // What several test targets share (a seeded generator, systemd's notification socket, a patient client, an etcd cluster).
-        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal", "BeaconLocking", "BeaconEtcd"], path: "Tests/BeaconTestSupport"),
+        .target(name: "BeaconTestSupport", dependencies: ["BeaconWire", "BeaconDaemon", "BeaconJournal", "BeaconLocking",
+                                                         .target(name: "BeaconEtcd", condition: .when(traits: ["Etcd"]))],
+                path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconEtcdTests", dependencies: ["BeaconEtcd", "BeaconTestSupport"]),
         .testTarget(name: "BeaconJournalTests", dependencies: ["BeaconJournal", "BeaconTestSupport"]),
         .testTarget(name: "BeaconProtocolTests", dependencies: ["BeaconProtocol", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconEtcd", "BeaconTestSupport"]),
-        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconLocking", "BeaconEtcd", "BeaconTestSupport"]),
+        .testTarget(name: "BeaconDaemonTests", dependencies: ["BeaconDaemon", "BeaconWire", "BeaconJournal", "BeaconTestSupport",
+                                                              .target(name: "BeaconEtcd", condition: .when(traits: ["Etcd"]))]),
+        .testTarget(name: "BeaconEndToEndTests", dependencies: ["Beacon", "BeaconWire", "BeaconProtocol", "BeaconJournal", "BeaconZMQ", "BeaconLocking",
+                                                                "BeaconTestSupport", .target(name: "BeaconEtcd", condition: .when(traits: ["Etcd"]))]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -45,6 +45,11 @@ protoc --plugin=protoc-gen-swift="$plugin" --swift_out="$etcd_out" \
 protoc --plugin=protoc-gen-grpc-swift="$grpc_plugin" --grpc-swift_out="$etcd_out" \
   --grpc-swift_opt=Visibility=Package --grpc-swift_opt=Server=false --grpc-swift_opt=FileNaming=DropPath \
   -I proto/etcd proto/etcd/rpc.proto
+# Built only with the Etcd trait (Package.swift): the stubs need gRPC, which the lean build has not.
+for file in "$etcd_out"/*.swift; do
+  { echo '#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)'; cat "$file"; echo '#endif'; } > "$file.wrapped"
+  mv "$file.wrapped" "$file"
+done
 echo "generated into $etcd_out"
 protoc --python_out=clients/python/beacon_signals -I proto proto/beacon.proto
 echo "generated clients/python/beacon_signals/beacon_pb2.py"

@@ -1,4 +1,6 @@
+#if Etcd
 import BeaconEtcd
+#endif
 import BeaconJournal
 import BeaconProtocol
 import BeaconWire
@@ -147,17 +149,34 @@ public struct DaemonConfiguration: Sendable, Equatable {
         }
 
         func validate() throws(PolicyError) {
-            do {
-                _ = try EtcdEndpoint.list(parsing: endpoints.joined(separator: ","))
-            } catch {
-                throw PolicyError("etcd_endpoints: \(error.message)")
-            }
             guard !prefix.isEmpty, !prefix.contains("\0") else { throw PolicyError("etcd_prefix must be a non-empty string") }
             guard (certificateFile == nil) == (keyFile == nil) else { throw PolicyError("etcd_cert and etcd_key go together") }
             for file in [certificateFile, keyFile, authorityFile].compactMap({ $0 }) where !FileManager.default.isReadableFile(atPath: file) {
                 throw PolicyError("etcd TLS file '\(file)' cannot be read")
             }
+            #if Etcd
+            do {
+                _ = try EtcdEndpoint.list(parsing: endpoints.joined(separator: ","))
+            } catch {
+                throw PolicyError("etcd_endpoints: \(error.message)")
+            }
+            #else
+            throw PolicyError(Self.notBuilt)
+            #endif
         }
+
+        /// Whether this build can run as an etcd front (the `Etcd` trait).
+        public static var isBuilt: Bool {
+            #if Etcd
+            true
+            #else
+            false
+            #endif
+        }
+
+        /// What a build without etcd fronts says when asked to be one.
+        static let notBuilt = "etcd_endpoints: this beacond was built without etcd fronts; build it with `make ETCD=1` "
+            + "(swift build --traits Etcd)"
     }
 
     /// Every tcp endpoint this configuration binds.

@@ -218,7 +218,12 @@ extension ServerLoop: AuthorityHost {
     static func makeAuthority(for configuration: DaemonConfiguration, network: DaemonNetwork, writes: WritePath,
                           logger: Logger) throws(DaemonError) -> any WriteAuthority {
         if let etcd = configuration.etcd {
+            #if Etcd
             return try EtcdFront(settings: etcd, writes: writes, sessionTTLMilliseconds: configuration.sessionTTLMilliseconds, logger: logger)
+            #else
+            _ = etcd
+            throw DaemonError(.startup, DaemonConfiguration.EtcdSettings.notBuilt)
+            #endif
         }
         guard let upstream = configuration.upstream else { return JournalAuthority() }
         return try Relay(settings: upstream, idKeyPath: configuration.stateDirectory + "/relay-ids.key", context: network.context,

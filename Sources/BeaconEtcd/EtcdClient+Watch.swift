@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 import BeaconLocking
 import Foundation
 import GRPCCore
@@ -100,3 +101,4 @@ extension EtcdClient {
         return [0]  // every key
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 import BeaconLocking
 import Foundation
 import GRPCCore
@@ -250,3 +251,4 @@ package final class EtcdClient: Sendable {
         }
     }
 }
+#endif

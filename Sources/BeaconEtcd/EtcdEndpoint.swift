@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 import Foundation
 
 /// Where one etcd member takes client requests: `http://HOST:PORT`, `https://HOST:PORT` or a
@@ -79,3 +80,4 @@ package struct EtcdTLSFiles: Sendable, Hashable {
         self.authorityPath = authorityPath
     }
 }
+#endif

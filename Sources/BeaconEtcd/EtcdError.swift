@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 /// What went wrong talking to etcd.
 package struct EtcdError: Error, Sendable, CustomStringConvertible {
     package enum Code: Sendable, Hashable {
@@ -27,3 +28,4 @@ package struct EtcdError: Error, Sendable, CustomStringConvertible {
 
     package var description: String { message }
 }
+#endif

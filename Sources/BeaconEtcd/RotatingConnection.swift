@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 import BeaconLocking
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
@@ -107,3 +108,4 @@ final class RotatingConnection: Sendable {
         }
     }
 }
+#endif

@@ -13,8 +13,17 @@ struct BeaconBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon-bench",
         abstract: "Benchmarks that print figures beside the raw libzmq ceiling measured in the same run.",
-        subcommands: [DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self, FuzzBench.self,
-                      FloodBench.self, CompactionBench.self, CrashRepliesBench.self, RelayBench.self, PubRestartSoak.self, EtcdBench.self])
+        subcommands: subcommands)
+
+    static var subcommands: [any ParsableCommand.Type] {
+        var commands: [any ParsableCommand.Type] = [
+            DaemonBench.self, ClientBench.self, ClientSubscriber.self, PeerBench.self, ScaleBench.self, FuzzBench.self,
+            FloodBench.self, CompactionBench.self, CrashRepliesBench.self, RelayBench.self, PubRestartSoak.self]
+        #if Etcd
+        commands.append(EtcdBench.self)
+        #endif
+        return commands
+    }
 }
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }

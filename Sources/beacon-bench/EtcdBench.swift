@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import ArgumentParser
 import BeaconDaemon
 import BeaconEtcd
@@ -337,3 +338,4 @@ final class BenchEtcdCluster {
         processes.removeAll()
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 @testable import BeaconDaemon
 import BeaconEtcd
 import BeaconJournal
@@ -197,3 +198,4 @@ struct EtcdFrontPartsTests {
         }
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import Beacon
 import BeaconEtcd
 import BeaconLocking
@@ -504,3 +505,4 @@ struct EtcdSecuredFrontTests {
         #expect(try b.ping().upstream.reachable == false)
     }
 }
+#endif

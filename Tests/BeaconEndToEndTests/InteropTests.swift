@@ -75,6 +75,7 @@ struct InteropTests {
         #expect(try WireClient.patient(runtimeDirectory: primary.runtimeDirectory).get("py.b").version == 1, "the writes went to the primary")
     }
 
+    #if Etcd
     /// Its own etcd cluster: the client checks that its transaction takes the revision after its
     /// put, which other writers of a shared cluster would take.
     @Test("The same Python client, unchanged, against an etcd front",
@@ -91,4 +92,5 @@ struct InteropTests {
         try Self.runPythonClient(runtimeDirectory: front.runtimeDirectory)
         #expect(try client.get("py.b").version == 1)
     }
+    #endif
 }

@@ -98,7 +98,7 @@ struct OperatorEdgeTests {
     func flagsGoThroughTheSettingsChecks() throws {
         let dir = try temporaryDirectory()
         let base = ["--runtime-dir", dir + "/run", "--state-dir", dir + "/state"]
-        let cases: [(arguments: [String], says: String)] = [
+        var cases: [(arguments: [String], says: String)] = [
             (["--heartbeat-ms", "0"], "beacond: --heartbeat-ms: 'heartbeat_ms' is a whole number from 10 to 3600000 (ms), not '0'"),
             (["--heartbeat-ms", "abc"], "beacond: --heartbeat-ms: 'heartbeat_ms' is a whole number"),
             (["--max-batch", "0"], "beacond: --max-batch: 'max_batch' is a whole number from 1 to 65536, not '0'"),
@@ -116,6 +116,11 @@ struct OperatorEdgeTests {
             (["--request-endpoint", "tcp://127.0.0.1:0"], "beacond: flags: tcp://127.0.0.1:0 needs curve_secret_key_file"),
             (["--upstream", "udp://127.0.0.1:1"], "beacond: flags: upstream 'udp://127.0.0.1:1' is neither tcp:// nor ipc://"),
         ]
+        #if !Etcd
+        // A build without etcd fronts says how to get one.
+        cases.append((["--etcd-endpoints", "http://127.0.0.1:2379"],
+                      "beacond: flags: etcd_endpoints: this beacond was built without etcd fronts; build it with `make ETCD=1` (swift build --traits Etcd)"))
+        #endif
         for (arguments, says) in cases {
             // Both a start and --check-config: the same verdict.
             for extra in [[], ["--check-config"]] {

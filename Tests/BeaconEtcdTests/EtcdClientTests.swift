@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconEtcd
 import BeaconLocking
 import BeaconTestSupport
@@ -333,3 +334,4 @@ struct EtcdClientFaultTests {
         #expect(outcomes.dropLast().allSatisfy { $0?.code == .unavailable })
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconEtcd
 import BeaconLocking
 import Foundation
@@ -221,3 +222,4 @@ public struct EtcdClusterError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }
+#endif

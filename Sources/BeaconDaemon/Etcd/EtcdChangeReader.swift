@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconEtcd
 import BeaconJournal
 import Foundation
@@ -79,3 +80,4 @@ struct EtcdChangeReader {
                             modTimeMilliseconds: stored?.modTimeMilliseconds ?? 0)
     }
 }
+#endif

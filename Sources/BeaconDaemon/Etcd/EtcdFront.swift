@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconEtcd
 import BeaconJournal
 import BeaconProtocol
@@ -486,3 +487,4 @@ final class EtcdFront: WriteAuthority {
             + (reachable ? "etcd revision \(etcdHead)" : "ETCD UNREACHABLE, serving what it has")
     }
 }
+#endif

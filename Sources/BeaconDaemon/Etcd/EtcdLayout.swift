@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconProtocol
 import Foundation
 
@@ -115,3 +116,4 @@ extension String {
         count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconEtcd
 import BeaconJournal
 import BeaconLocking
@@ -382,3 +383,4 @@ final class EtcdLink: Sendable {
         return taken
     }
 }
+#endif

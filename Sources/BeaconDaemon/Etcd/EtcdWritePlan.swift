@@ -1,3 +1,4 @@
+#if Etcd  // the Etcd trait (Package.swift)
 import BeaconEtcd
 import BeaconProtocol
 import Foundation
@@ -184,3 +185,4 @@ package enum EtcdFrontTransaction {
             .request(nowMilliseconds: nowMilliseconds, writeIDLease: writeIDLease)
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 /// The subset of etcd's v3 API that Beacon's etcd fronts use, from etcd's wire definitions
 /// (api/etcdserverpb/rpc.proto and api/mvccpb/kv.proto, Apache-2.0): the same package, service,
 /// message names and field numbers, with the messages and fields Beacon does not use left out
@@ -1695,3 +1696,4 @@ extension Etcdserverpb_Maintenance.ClientProtocol {
         )
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Etcd  // etcd fronts are built with the Etcd trait (Package.swift)
 // DO NOT EDIT.
 // swift-format-ignore-file
 // swiftlint:disable all
@@ -2901,3 +2902,4 @@ nonisolated extension Etcdserverpb_StatusResponse: SwiftProtobuf.Message, SwiftP
     return true
   }
 }
+#endif
