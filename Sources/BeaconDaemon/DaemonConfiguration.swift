@@ -52,6 +52,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var tcpInsecure = false
     /// The CPU the loop thread and libzmq's I/O thread share (`loop_cpu`).
     public var loopCPU: LoopCPU = .auto
+    /// Where the metrics endpoint listens (`metrics_listen`); `nil`: no endpoint.
+    public var metricsListen: MetricsListen?
 
     /// The daemon's CURVE key pair, read from ``curveSecretKeyFile`` by ``validate()``.
     public var curveKeys: ZMQCurveKeyPair?
@@ -349,6 +351,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
                 throw setting.fail(error.description)
             }
         case "curve_secret_key_file": curveSecretKeyFile = value.isEmpty ? nil : value
+        case "metrics_listen": metricsListen = value.isEmpty ? nil : try MetricsListen(parsing: value)
         case "tcp_insecure":
             guard let flag = Bool(value) else { throw setting.fail("'tcp_insecure' is true or false, not '\(value)'") }
             tcpInsecure = flag

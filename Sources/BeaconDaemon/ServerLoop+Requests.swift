@@ -143,16 +143,20 @@ extension ServerLoop {
             }
         case .delta, .history:
             // Read from the journal: commit what is staged first.
+            let started = readStarted()
             writes.flush()
             do {
                 writes.queue(try changesAnswer(request.op!, id: request.id, context: context), to: route)
             } catch {
                 refuse(request.id, error, route: route)
             }
+            readAnswered(since: started)
         case nil:
             reject(route, request.id, .unknownRequest, "the request sets no operation this daemon knows (protocol version \(WireLimits.protocolVersion))")
         case .get(let get):
+            let started = readStarted()
             answerGet(get, id: request.id, route: route, context: context)
+            readAnswered(since: started)
         case .ping where writes.durableRevision < writes.headRevision && mayAnswerAtDurableRevision(route):
             var reply = Beacon_V1_Reply()
             reply.id = request.id
@@ -160,6 +164,8 @@ extension ServerLoop {
             writes.queue(.answer(reply, dependsOnStaged: false), to: route, decidedAt: writes.durableRevision)
         case .some(let op):
             // Reads see only committed state: commit what is staged first.
+            let started = readStarted()
+            defer { readAnswered(since: started) }
             writes.flush()
             var cost = ReadCost(allowance: readAllowance(for: route, context: context))
             do {
@@ -172,6 +178,17 @@ extension ServerLoop {
             spend(cost, on: route, context: context)
         }
         return 1
+    }
+
+    /// When a read started, for the metrics' read latency (0 when no metrics are served).
+    @inline(__always)
+    private func readStarted() -> UInt64 { network.metrics == nil ? 0 : StepPacer.monotonicNanoseconds() }
+
+    /// Times a read that started at `started` (``readStarted()``).
+    @inline(__always)
+    private func readAnswered(since started: UInt64) {
+        guard started > 0, let metrics = network.metrics else { return }
+        metrics.recordRead(nanoseconds: StepPacer.monotonicNanoseconds() &- started)
     }
 
     /// Bytes the reply to a read on `route` may take: the rest of its batch's allowance, or what
@@ -195,6 +212,7 @@ extension ServerLoop {
     ///   version conflict, say), so that it is answered as retryable if they roll back.
     func refuse(_ id: UInt64, _ rejection: Refusal, route: ReplyRoute, dependsOnStaged: Bool = false) {
         stats.rejected += 1
+        stats.refusals[rejection.code, default: 0] += 1
         var reply = Beacon_V1_Reply()
         reply.id = id
         reply.error = rejection.wire(headRevision: writes.headRevision)
@@ -339,7 +357,7 @@ extension ServerLoop {
     }
 
     /// The daemon's counters and state, as `Stats` reports them.
-    private func statsReply(now: MonotonicTime) -> Beacon_V1_StatsReply {
+    func statsReply(now: MonotonicTime) -> Beacon_V1_StatsReply {
         .with {
             $0.epoch = writes.epoch
             $0.instance = stats.instance

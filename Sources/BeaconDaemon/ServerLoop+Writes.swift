@@ -181,6 +181,7 @@ extension ServerLoop: WritePathDelegate {
     /// receive after the diffs they close (proto/PROTOCOL.md §5.4).
     func publish(_ batch: [StagedWrite]) {
         let publisher = self.publisher  // once: each read of the computed field is a retain and a release
+        network.metrics?.recordCommit(nanoseconds: writes.pipeline.lastCommitNanoseconds)
         publisher.beginGroup()
         var markers: [Beacon_V1_CommitMarker] = []
         // Indexing borrows each write; a for-in loop would copy (retain) every field.

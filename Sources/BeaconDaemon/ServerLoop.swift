@@ -149,6 +149,7 @@ final class ServerLoop: @unchecked Sendable {
             ("tcp_insecure", next.tcpInsecure != live.tcpInsecure),
             ("pending_requests", next.limits.pendingRequests != live.limits.pendingRequests),
             ("loop_cpu", next.loopCPU != live.loopCPU),
+            ("metrics_listen", next.metricsListen != live.metricsListen),
             ("upstream", next.upstream != live.upstream),
             ("etcd_endpoints", next.etcd != live.etcd),
         ]
@@ -351,6 +352,8 @@ final class ServerLoop: @unchecked Sendable {
             publisher.tracker.expireLeases(nowMilliseconds: now.milliseconds)
             stats.journalBytes = writes.pipeline.sizeInBytes
             publishHeartbeat()
+            network.metrics?.record(statsReply(now: now), refusals: stats.refusals, waitingRequests: turns.waitingCount,
+                                    nowMilliseconds: clock.wallMilliseconds())
             timers.schedule(.heartbeat, at: now.adding(milliseconds: UInt64(live.heartbeatIntervalMilliseconds)))
         case .compaction:
             compactByPolicy()

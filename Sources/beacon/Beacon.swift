@@ -54,7 +54,7 @@ struct Beacon: ParsableCommand {
             daemon's access policy (connection or request).
             """,
         version: "0.1.0",
-        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Txn.self, Backup.self, Watch.self, History.self, Replay.self, Stats.self, Ping.self, Bench.self, Keygen.self])
+        subcommands: [Set.self, Get.self, Delete.self, List.self, Pub.self, Txn.self, Backup.self, Watch.self, History.self, Replay.self, Stats.self, Top.self, Ping.self, Bench.self, Keygen.self])
 }
 
 struct Connection: ParsableArguments {

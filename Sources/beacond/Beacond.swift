@@ -52,6 +52,9 @@ struct Beacond: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("The CPU the loop and libzmq's I/O thread share: auto, off or a CPU number.", valueName: "cpu"))
     var loopCpu: String?
 
+    @Option(name: .long, help: ArgumentHelp("Serve metrics for Prometheus here: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:PATH (port 0: the kernel chooses).", valueName: "address"))
+    var metricsListen: String?
+
     @Flag(name: .long, help: "Allow tcp endpoints without CURVE: no encryption, no authentication (logged as a warning).")
     var tcpInsecure = false
 
@@ -198,6 +201,7 @@ struct Beacond: AsyncParsableCommand {
         try apply("max-batch", "max_batch", maxBatch)
         try apply("retention-revisions", "retention_revisions", retentionRevisions)
         try apply("loop-cpu", "loop_cpu", loopCpu)
+        try apply("metrics-listen", "metrics_listen", metricsListen)
         if tcpInsecure { configuration.tcpInsecure = true }
         if upstream != nil && etcdEndpoints != nil {
             throw FlagError("--upstream and --etcd-endpoints: a daemon is either a relay or an etcd front, not both")

@@ -22,6 +22,9 @@ final class DaemonNetwork {
     let connections: ConnectionGuard
     /// With systemd's watchdog on: proof that libzmq still moves messages, asked before each `WATCHDOG=1`.
     let servingProbe: ServingProbe?
+    /// What the metrics endpoint serves, and the endpoint (`metrics_listen`); nil when not asked for.
+    let metrics: DaemonMetrics?
+    private let metricsEndpoint: MetricsEndpoint?
     /// Replies on their way to each request connection, bounded in bytes.
     @exclusivity(unchecked) var replyFlows: ReplyFlows
     /// Where the loop and libzmq's I/O thread run, resolved from `loop_cpu`; nil: anywhere.
@@ -42,6 +45,14 @@ final class DaemonNetwork {
         let (placement, restore) = Self.placeForLoop(config.loopCPU, logger: logger)
         self.placement = placement
         defer { if let restore { try? restore.apply() } }
+        // Bound first: a failure after it closes it (its deinit), before any ZeroMQ socket exists.
+        if let listen = config.metricsListen {
+            metricsEndpoint = try MetricsEndpoint(listen: listen)
+            metrics = DaemonMetrics()
+        } else {
+            metricsEndpoint = nil
+            metrics = nil
+        }
         var step = "creating the ZeroMQ context"
         do {
             context = try ZMQContext()
@@ -80,15 +91,19 @@ final class DaemonNetwork {
             throw DaemonError(.startup, "\(step): \(error.message)", underlying: error)
         }
         chmod(config.runtimeDirectory + "/" + WireEndpoint.requestSocketName, mode_t(config.socketMode))
-        Self.writeEndpointsFile(request: requestEndpoints, publish: publisher.endpoints, runtimeDirectory: config.runtimeDirectory)
+        if let metrics, let metricsEndpoint { metricsEndpoint.start(serving: { metrics.exposition() }, logger: logger) }
+        Self.writeEndpointsFile(request: requestEndpoints, publish: publisher.endpoints,
+                                metrics: metricsEndpoint?.boundAddress, runtimeDirectory: config.runtimeDirectory)
     }
 
     /// The file in the runtime directory that lists the endpoints bound, one per line
-    /// (`request ENDPOINT`, `publish ENDPOINT`): how a tool learns the tcp ports the kernel chose.
+    /// (`request ENDPOINT`, `publish ENDPOINT`, `metrics ADDRESS`): how a tool learns the tcp ports
+    /// the kernel chose.
     static let endpointsFileName = "beacond.endpoints"
 
-    private static func writeEndpointsFile(request: [String], publish: [String], runtimeDirectory: String) {
-        let text = (request.map { "request \($0)" } + publish.map { "publish \($0)" }).joined(separator: "\n") + "\n"
+    private static func writeEndpointsFile(request: [String], publish: [String], metrics: String?, runtimeDirectory: String) {
+        let text = (request.map { "request \($0)" } + publish.map { "publish \($0)" } + (metrics.map { ["metrics \($0)"] } ?? []))
+            .joined(separator: "\n") + "\n"
         let path = runtimeDirectory + "/" + endpointsFileName
         try? text.write(toFile: path + ".new", atomically: false, encoding: .utf8)
         rename(path + ".new", path)
@@ -140,6 +155,7 @@ final class DaemonNetwork {
 
     /// Closes every socket (the context ends when this is let go of).
     func close() {
+        metricsEndpoint?.stop()
         connections.close()
         servingProbe?.close()
         router.close()

@@ -12,6 +12,8 @@ struct DaemonStats {
     var batches: UInt64 = 0
     var leasesRefused: UInt64 = 0
     var slowSubscribersClosed: UInt64 = 0
+    /// Requests refused since start, by code (the metrics endpoint's `beacon_refusals_total`).
+    var refusals: [Refusal.Code: UInt64] = [:]
 
     /// Recent write and publication rates.
     var writeRate = RateMeter()

@@ -4,7 +4,7 @@ import BeaconProtocol
 /// and the store decide refusals as these; ``wire`` is the one place they become the protocol's
 /// `Error` (proto/PROTOCOL.md §4.3).
 struct Refusal: Error {
-    enum Code {
+    enum Code: CaseIterable {
         case malformed, unknownRequest, invalidKey, invalidValue, valueTooLarge, notFound, versionConflict, alreadyExists
         case compacted, futureRevision, tooManyOperations, readOnly, invalidArgument, `internal`
         case permissionDenied, rateLimited, quotaExceeded, upstreamUnavailable

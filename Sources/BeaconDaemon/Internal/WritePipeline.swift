@@ -15,6 +15,10 @@ final class WritePipeline {
     @exclusivity(unchecked) private(set) var staged: [StagedWrite] = []
     /// The batch the commit thread is journaling (or the loop, inline).
     @exclusivity(unchecked) private var committing: [StagedWrite] = []
+    /// When the batch in flight was handed over (monotonic ns), and how long the last one took
+    /// from its hand-over to its outcome (the metrics' commit latency).
+    @exclusivity(unchecked) private var submittedAt: UInt64 = 0
+    @exclusivity(unchecked) private(set) var lastCommitNanoseconds: UInt64 = 0
     /// Write ids of writes staged or committing, not yet remembered as committed.
     @exclusivity(unchecked) private(set) var pendingWriteIDs: Set<[UInt8]> = []
 
@@ -57,6 +61,7 @@ final class WritePipeline {
         guard !commits.inFlight, !staged.isEmpty else { return nil }
         committing = staged
         staged.removeAll(keepingCapacity: true)
+        submittedAt = StepPacer.monotonicNanoseconds()
         // Each write's own array of changes: one reference each, no copy of the changes.
         let changes = committing.map(\.changes)
         if inline && committing.count <= inlineLimit {
@@ -77,6 +82,7 @@ final class WritePipeline {
     }
 
     private func outcome(_ result: Result<Void, JournalError>) -> Outcome {
+        lastCommitNanoseconds = StepPacer.monotonicNanoseconds() &- submittedAt
         let batch = committing
         committing.removeAll(keepingCapacity: true)
         switch result {
