@@ -122,6 +122,8 @@ struct BadInputTests {
         etcd.keyFile = "/etc/beacon/etcd-client.key"
         etcd.authorityFile = "/etc/beacon/etcd-ca.crt"
         #expect(configuration.etcd == etcd)
+        #expect(configuration.metricsListen == .tcp(host: "127.0.0.1", port: 9477))
+        configuration.metricsListen = nil
         configuration.extraRequestEndpoints = []
         configuration.extraPublishEndpoints = []
         configuration.upstream = nil

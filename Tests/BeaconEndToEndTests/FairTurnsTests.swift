@@ -63,8 +63,5 @@ extension AccessTests {
         #expect(p99(underAttack) < 250 && p99(after) < 250, "\(summary(underAttack)); after: \(summary(after))")
         let worst = (underAttack + after).compactMap { $0 }.max() ?? 0
         #expect(worst < 1000, "a ping waited \(worst) ms: \(summary(underAttack)); after: \(summary(after))")
-        // The attacker's connections were served within their bounds, nothing more.
-        let stats = try root.stats()
-        #expect(stats.quotaExceeded > 0, "no read was refused for passing its reply allowance")
     }
 }
