@@ -87,21 +87,19 @@ final class MetricsEndpoint: @unchecked Sendable {  // its descriptors are set o
             guard fd >= 0 else { throw failure("socket") }
             var one: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-            var bound: Int32
+            let bound: Int32
             if isIPv6 {
                 var address = sockaddr_in6()
                 address.sin6_family = sa_family_t(AF_INET6)
                 address.sin6_port = port.bigEndian
                 inet_pton(AF_INET6, host, &address.sin6_addr)
-                bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+                bound = Self.bind(fd, to: address)
             } else {
                 var address = sockaddr_in()
                 address.sin_family = sa_family_t(AF_INET)
                 address.sin_port = port.bigEndian
                 inet_pton(AF_INET, host, &address.sin_addr)
-                bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+                bound = Self.bind(fd, to: address)
             }
             guard bound == 0, Glibc.listen(fd, 16) == 0 else {
                 let error = failure("bind")
@@ -126,8 +124,7 @@ final class MetricsEndpoint: @unchecked Sendable {  // its descriptors are set o
             withUnsafeMutableBytes(of: &address.sun_path) { raw in
                 for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
             }
-            let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            let bound = Self.bind(fd, to: address)
             guard bound == 0, Glibc.listen(fd, 16) == 0 else {
                 let error = failure("bind")
                 close(fd)
@@ -140,6 +137,13 @@ final class MetricsEndpoint: @unchecked Sendable {  // its descriptors are set o
     }
 
     deinit { stop() }
+
+    /// `bind(2)` with a `sockaddr_in`, `sockaddr_in6` or `sockaddr_un`.
+    private static func bind<Address>(_ fd: Int32, to address: Address) -> Int32 {
+        withUnsafePointer(to: address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<Address>.size)) }
+        }
+    }
 
     /// Starts the endpoint's thread, answering with what `render` returns at each scrape.
     func start(serving render: @escaping @Sendable () -> [UInt8], logger: Logger) {
