@@ -167,15 +167,6 @@ public struct DaemonConfiguration: Sendable, Equatable {
             #endif
         }
 
-        /// Whether this build can run as an etcd front (the `Etcd` trait).
-        public static var isBuilt: Bool {
-            #if Etcd
-            true
-            #else
-            false
-            #endif
-        }
-
         /// What a build without etcd fronts says when asked to be one.
         static let notBuilt = "etcd_endpoints: this beacond was built without etcd fronts; build it with `make ETCD=1` "
             + "(swift build --traits Etcd)"
