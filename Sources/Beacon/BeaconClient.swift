@@ -227,6 +227,78 @@ public final class BeaconClient: @unchecked Sendable {
         return Data((0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
     }
 
+    // MARK: Reads
+
+    /// Reads `key` from the daemon (not from a mirror).
+    /// - Parameter consistency: `.linearizable` to see every write acknowledged anywhere before
+    ///   the call, at every front of an etcd cluster too (``ReadConsistency``).
+    /// - Returns: the key's state; nil when it does not exist.
+    /// - Throws: ``BeaconError``: `.invalidKey`, `.permissionDenied`, `.upstreamUnavailable` (a
+    ///   front that cannot reach etcd, for a linearizable read), `.rejected` (a daemon that cannot
+    ///   serve a linearizable read: a relay, or one that predates them), `.unreachable`, …
+    public func read(_ key: String, consistency: ReadConsistency = .local) async throws(BeaconError) -> StoredValue? {
+        let replies = try await read([.get(.with {
+            $0.key = key
+            $0.consistent = consistency == .linearizable
+        })], consistency: consistency)
+        switch replies[0].result {
+        case .get(let get): return StoredValue(get.kv)
+        case .error(let error) where error.code == .notFound: return nil
+        case .error(let error): throw BeaconError(reply: error, operationCount: 1)
+        default: throw BeaconError(.rejected, "the daemon answered a Get with \(String(describing: replies[0].result))")
+        }
+    }
+
+    /// Reads every live key under `prefix` from the daemon, in key order (several requests for
+    /// many keys, each seeing what the one before saw at least).
+    /// - Parameter consistency: as for ``read(_:consistency:)``; with `.linearizable`, each page.
+    public func list(prefix: String, consistency: ReadConsistency = .local) async throws(BeaconError) -> [StoredValue] {
+        var values: [StoredValue] = []
+        var after = ""
+        while true {
+            let replies = try await read([.list(.with {
+                $0.prefix = prefix
+                $0.startAfter = after
+                $0.limit = 10_000
+                $0.consistent = consistency == .linearizable
+            })], consistency: consistency)
+            switch replies[0].result {
+            case .list(let list):
+                values += list.kvs.map(StoredValue.init)
+                guard list.more, let last = list.kvs.last else { return values }
+                after = last.key
+            case .error(let error): throw BeaconError(reply: error, operationCount: 1)
+            default: throw BeaconError(.rejected, "the daemon answered a List with \(String(describing: replies[0].result))")
+            }
+        }
+    }
+
+    /// Sends `ops` (one batch) and returns their replies. A linearizable read goes with a `Ping`
+    /// ahead of it, whose answer says whether the daemon honours `consistent`.
+    private func read(_ ops: [Beacon_V1_Request.OneOf_Op], consistency: ReadConsistency) async throws(BeaconError) -> [Beacon_V1_Reply] {
+        let linearizable = consistency == .linearizable
+        let sent = (linearizable ? [.ping(.init())] : []) + ops
+        let op: Beacon_V1_Request.OneOf_Op = sent.count == 1 ? sent[0]
+            : .batch(.with { $0.requests = sent.enumerated().map { index, op in .with { $0.id = UInt64(index + 1); $0.op = op } } })
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Beacon_V1_Reply, BeaconError>, Never>) in
+            engine.submit(.read(ReadRequest(op: op) { continuation.resume(returning: $0) }))
+        }
+        let reply = try result.get()
+        guard sent.count > 1 else { return [reply] }
+        switch reply.result {
+        case .batch(let batch) where batch.replies.count == sent.count:
+            if case .ping(let ping) = batch.replies[0].result, !ping.consistentReads, ping.hasUpstream {
+                throw BeaconError(.rejected, "beacond \(ping.daemonVersion) at \(configuration.requestEndpoint) mirrors "
+                    + "\(ping.upstream.endpoint) and cannot serve a linearizable read: read with .local, or at the upstream")
+            }
+            return Array(batch.replies.dropFirst())
+        case .error(let error):
+            throw BeaconError(reply: error, operationCount: 1)
+        default:
+            throw BeaconError(.rejected, "the daemon answered a batch with \(String(describing: reply.result))")
+        }
+    }
+
     // MARK: History
 
     /// The changes of a key (`exact`) or of every key under a prefix from revision `from` on:

@@ -166,3 +166,40 @@ extension Beacon_V1_Put {
         return put
     }
 }
+
+/// What a read (``BeaconClient/read(_:consistency:)``, ``BeaconClient/list(prefix:consistency:)``)
+/// must see.
+public enum ReadConsistency: Sendable, Equatable {
+    /// Every write the daemon this client talks to has acknowledged, its own clients' included
+    /// (at an etcd front or a relay: its copy, which may trail writes acknowledged elsewhere by
+    /// a few milliseconds). Answered at once.
+    case local
+    /// Every write acknowledged anywhere before the read: at any front of the same etcd
+    /// cluster too. A front asks etcd for its revision first (one round trip to etcd's
+    /// leader) and answers once its copy holds it; a relay refuses it (`.rejected`).
+    case linearizable
+}
+
+/// A key's current state, as a read returns it.
+public struct StoredValue: Sendable, Equatable {
+    /// The key.
+    public var key: String { kv.key }
+    /// Writes to the key since it was created (1 after the create).
+    public var version: UInt64 { kv.version }
+    /// The revision that created the key.
+    public var createRevision: UInt64 { kv.createRevision }
+    /// The revision of the key's last write.
+    public var modRevision: UInt64 { kv.modRevision }
+    /// The value, as compact JSON.
+    public var jsonValue: String { kv.value.jsonText }
+
+    let kv: Beacon_V1_KeyValue
+
+    init(_ kv: Beacon_V1_KeyValue) { self.kv = kv }
+
+    /// The value, decoded as `type`.
+    /// - Throws: ``BeaconError`` with `.typeMismatch`.
+    public func value<Value: Decodable>(as type: Value.Type) throws(BeaconError) -> Value {
+        try decodeValue(type, from: kv.value, key: kv.key)
+    }
+}

@@ -16,6 +16,9 @@ struct RequestContext {
     /// The ZAP user id (`Peer.description`); empty when unknown.
     var peer: String
     var rights: AccessRights
+    /// A consistent read's read index, once its write authority learned it and this daemon's
+    /// copy holds it (``ConsistentReads``); nil for every other request.
+    var readIndex: UInt64?
 
     static let unrestricted = RequestContext(peer: "", rights: .everything)
 

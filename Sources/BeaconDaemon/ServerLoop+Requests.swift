@@ -160,7 +160,7 @@ extension ServerLoop {
         case .ping where writes.durableRevision < writes.headRevision && mayAnswerAtDurableRevision(route):
             var reply = Beacon_V1_Reply()
             reply.id = request.id
-            reply.ping = ping(headRevision: writes.durableRevision)
+            reply.ping = ping(request.ping, headRevision: writes.durableRevision, context: context)
             writes.queue(.answer(reply, dependsOnStaged: false), to: route, decidedAt: writes.durableRevision)
         case .some(let op):
             // Reads see only committed state: commit what is staged first.
@@ -290,8 +290,12 @@ extension ServerLoop {
         }
     }
 
-    private func ping(headRevision: UInt64) -> Beacon_V1_PingReply {
+    /// - Parameter context: a `sync` answered with its read index, or (here, where writes are
+    ///   decided) with the head it is answered at: every write acknowledged is at or below it.
+    private func ping(_ request: Beacon_V1_Ping, headRevision: UInt64, context: RequestContext) -> Beacon_V1_PingReply {
         .with {
+            if request.sync { $0.readRevision = context.readIndex ?? headRevision }
+            $0.consistentReads = authority.servesConsistentReads
             $0.protocolVersion = WireLimits.protocolVersion
             $0.epoch = writes.epoch
             $0.instance = stats.instance
@@ -309,8 +313,8 @@ extension ServerLoop {
         var reply = Beacon_V1_Reply()
         let now = clock.now()
         switch op {
-        case .ping:
-            reply.ping = ping(headRevision: writes.headRevision)
+        case .ping(let request):
+            reply.ping = ping(request, headRevision: writes.headRevision, context: context)
 
         case .list(let list):
             try checkPrefix(list.prefix)

@@ -21,6 +21,11 @@ protocol WriteAuthority: AnyObject {
     func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
                    host: some AuthorityHost) -> Bool
 
+    /// Whether consistent reads (`Ping.sync`, `consistent` reads) see every write acknowledged
+    /// anywhere before them: where writes are decided here, every read does; elsewhere the
+    /// authority holds them back until its copy has caught up (``ConsistentReads``).
+    var servesConsistentReads: Bool { get }
+
     /// The refusal of a read of a key or prefix this daemon does not hold; nil when it holds it.
     func refusesRead(of keyOrPrefix: String, host: some AuthorityHost) -> Refusal?
 
@@ -103,6 +108,7 @@ extension WriteAuthority {
 /// live here.
 final class JournalAuthority: WriteAuthority {
     var stagesWritesHere: Bool { true }
+    var servesConsistentReads: Bool { true }
 
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
         if case .keepAlive = request.op {

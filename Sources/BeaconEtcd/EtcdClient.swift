@@ -9,8 +9,10 @@ import GRPCProtobuf
 /// and, when that member cannot answer (down, frozen, or without a leader), to the next.
 ///
 /// Every call asks for a member with a leader (etcd's `hasleader` metadata), so that a member cut
-/// off from its quorum refuses at once instead of waiting: when no member has a leader, a call
-/// fails with `.unavailable` after one quick pass over them. A call that may change state
+/// off from its quorum refuses at once instead of waiting: when no member has a leader for about
+/// a second (``refusalPatience``: an election finishes in less), a call fails with `.unavailable`.
+/// A member that takes longer than ``attemptTimeout`` to answer (its leader may have died) is
+/// left for the next. A call that may change state
 /// (`txn`, `leaseRevoke`, …) is tried on one member only unless the caller says it is safe to
 /// repeat (`idempotent`): its error then says it may have been applied.
 ///
@@ -33,8 +35,14 @@ package final class EtcdClient: Sendable {
     private let preferred = Locked(0)
     /// The tasks running the watch connections; nil once closed.
     private let streamConnections: Locked<[Task<Void, Never>]?>
-    /// How long one member has to answer one call.
+    /// How long a call may take in all, over every member it tries.
     package let callTimeout: Duration
+    /// How long one member has first to answer one idempotent call before the next is tried:
+    /// well below etcd's election time, so that a call sent to a member whose leader just died
+    /// (it waits for a leader that will not answer) moves on soon after the others elected a
+    /// new one. After a round in which every member ran out of time (etcd is slow, not gone),
+    /// each has twice as long in the next.
+    package let attemptTimeout: Duration
 
     private static let leaderRequired: Metadata = ["hasleader": "true"]
 
@@ -42,10 +50,12 @@ package final class EtcdClient: Sendable {
     /// - Parameters:
     ///   - endpoints: the members' client addresses; at least one.
     ///   - tls: certificate files for `https://` endpoints.
-    ///   - callTimeout: how long one member has to answer one call before the next is tried.
+    ///   - callTimeout: how long a call may take over every member it tries.
+    ///   - attemptTimeout: how long one member has to answer an idempotent call before the next
+    ///     is tried (a call that is not idempotent has the whole `callTimeout`).
     /// - Throws: ``EtcdError`` (`.invalidConfiguration`) when a transport cannot be made.
     package init(endpoints: [EtcdEndpoint], tls: EtcdTLSFiles = EtcdTLSFiles(),
-                 callTimeout: Duration = .seconds(5)) throws(EtcdError) {
+                 callTimeout: Duration = .seconds(5), attemptTimeout: Duration = .milliseconds(500)) throws(EtcdError) {
         precondition(!endpoints.isEmpty, "an etcd client needs an endpoint")
         var members: [Member] = []
         do {
@@ -66,6 +76,7 @@ package final class EtcdClient: Sendable {
         }
         self.members = members
         self.callTimeout = callTimeout
+        self.attemptTimeout = min(attemptTimeout, callTimeout)
         streamConnections = Locked(members.map { member in Task { try? await member.streams.runConnections() } })
     }
 
@@ -187,23 +198,44 @@ package final class EtcdClient: Sendable {
     }
 
     /// Sends `body` to the preferred member, and on to the next while they cannot answer (for
-    /// an idempotent call: each member once, and the first again, on a new connection if its
-    /// last one closed); remembers the one that answered.
+    /// an idempotent call: each member in turn, round and round, each for at most
+    /// ``attemptTimeout`` — twice as long after a round in which every member ran out of time —
+    /// until ``callTimeout`` has passed, or for ``refusalPatience`` while every member refuses at
+    /// once; a pause of 100 ms after each round lets connections reopen and elections finish);
+    /// remembers the one that answered.
     private func call<Response: Sendable>(
         _ what: String, idempotent: Bool,
         _ body: @Sendable (GRPCClient<Transport>, CallOptions) async throws -> Response
     ) async throws(EtcdError) -> Response {
+        let deadline = ContinuousClock.now + callTimeout
         var options = CallOptions.defaults
-        options.timeout = callTimeout
         let first = preferred.withLock { $0 }
         var failures: [String] = []
-        for attempt in 0...members.count {
-            let index = (first + attempt) % members.count
-            let member = members[index]
-            if attempt == members.count {
-                // The first member again: give a connection that just closed a moment to reopen.
+        var attempt = 0
+        var patience = attemptTimeout
+        // In the round under way: whether every member ran out of time, whether every one refused at once.
+        var everyOneTimedOut = true
+        var everyOneRefused = true
+        var refusedSince: ContinuousClock.Instant?
+        while true {
+            if attempt > 0 && attempt % members.count == 0 {
+                if everyOneTimedOut { patience *= 2 }
+                if everyOneRefused {
+                    refusedSince = refusedSince ?? .now
+                    if ContinuousClock.now - refusedSince! >= Self.refusalPatience { break }
+                } else {
+                    refusedSince = nil
+                }
+                (everyOneTimedOut, everyOneRefused) = (true, true)
                 try? await Task.sleep(for: .milliseconds(100))
             }
+            let left = deadline - ContinuousClock.now
+            guard left > .zero || attempt == 0 else { break }
+            let index = (first + attempt) % members.count
+            let member = members[index]
+            options.timeout = idempotent ? min(patience, left) : left
+            attempt += 1
+            let sent = ContinuousClock.now
             do {
                 guard let response = try await member.calls.withClient({ try await body($0, options) }) else {
                     throw EtcdError(.closed, "the etcd client was closed")
@@ -213,7 +245,8 @@ package final class EtcdClient: Sendable {
             } catch {
                 let failure = Self.classify(error)
                 guard failure.code == .unavailable else { throw failure }
-                failures.append("\(member.endpoint): \(failure.message)")
+                if ContinuousClock.now - sent < patience { everyOneTimedOut = false } else { everyOneRefused = false }
+                if failures.count < 2 * members.count { failures.append("\(member.endpoint): \(failure.message)") }
                 rotate(awayFrom: index)
                 if !idempotent {
                     throw EtcdError(.unavailable, "etcd \(what) got no answer (\(failures.joined(separator: "; "))): it may or may not have been applied")
@@ -222,6 +255,11 @@ package final class EtcdClient: Sendable {
         }
         throw EtcdError(.unavailable, "no etcd member answered the \(what) (\(failures.joined(separator: "; ")))")
     }
+
+    /// How long a call goes on while every member refuses it at once (none has a leader, or none
+    /// can be reached): long enough for candidates to finish an election, short enough that a
+    /// cluster without a quorum is reported in about a second.
+    static let refusalPatience: Duration = .seconds(1)
 
     /// The member a stream goes to, and its index; nil once closed.
     func watchMember() -> (Int, GRPCClient<Transport>)? {

@@ -238,8 +238,10 @@ public final class WireClient {
     }
 
     /// The current state of `key`.
-    public func get(_ key: String, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_KeyValue {
-        let reply = try call(.get(.with { $0.key = key }), timeoutMilliseconds: timeoutMilliseconds)
+    /// - Parameter consistent: see every write acknowledged anywhere before the request (at any
+    ///   etcd front too), not only this daemon's (PROTOCOL.md §4.8).
+    public func get(_ key: String, consistent: Bool = false, timeoutMilliseconds: Int? = nil) throws(WireError) -> Beacon_V1_KeyValue {
+        let reply = try call(.get(.with { $0.key = key; $0.consistent = consistent }), timeoutMilliseconds: timeoutMilliseconds)
         guard case .get(let get) = reply.result else { throw unexpected(reply) }
         return get.kv
     }

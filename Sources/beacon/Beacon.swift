@@ -245,6 +245,15 @@ struct Connection: ParsableArguments {
         }
     }
 
+    /// Exits unless the daemon serves consistent reads: one that mirrors another (a relay, or a
+    /// front built before them) would answer from its copy alone. A plain daemon's reads all are.
+    func requireConsistentReads() {
+        let reply = run { (client) throws(WireError) in try client.call(.ping(.init()), timeoutMilliseconds: timeout) }
+        guard case .ping(let ping) = reply.result, !ping.consistentReads, ping.hasUpstream else { return }
+        die("beacon: beacond \(ping.daemonVersion) mirrors \(ping.upstream.endpoint) and cannot serve a consistent read; "
+            + "read without --consistent, or at its upstream", code: ExitCode32.daemonError)
+    }
+
     func fail(_ error: WireError) -> Never {
         let code: Int32
         switch error.kind {
@@ -283,9 +292,10 @@ private let commandClient = CommandClient()
 
 /// Lists the keys under `prefix` and prints them: `KEY = VALUE` (aligned on a terminal), or the
 /// values alone.
-func printKeys(under prefix: String, connection: Connection, valuesOnly: Bool = false) {
+func printKeys(under prefix: String, connection: Connection, valuesOnly: Bool = false, consistent: Bool = false) {
+    if consistent { connection.requireConsistentReads() }
     let reply = connection.run { (client) throws(WireError) in
-        try client.call(.list(.with { $0.prefix = prefix }), timeoutMilliseconds: connection.timeout)
+        try client.call(.list(.with { $0.prefix = prefix; $0.consistent = consistent }), timeoutMilliseconds: connection.timeout)
     }
     guard case .list(let list) = reply.result else { die("beacon: unexpected reply", code: ExitCode32.daemonError) }
     let width = alignedKeyWidth(list.kvs)
@@ -552,21 +562,25 @@ extension Beacon {
         @Argument(help: "Keys, or prefixes with --prefix.") var keys: [String]
         @Flag(name: .long, help: "Print every key under each argument.") var prefix = false
         @Flag(name: .long, help: "Print values alone, one per line, also for several keys.") var printValueOnly = false
+        @Flag(name: .long, help: ArgumentHelp("See every write acknowledged anywhere before the read, at every etcd front too (a front asks etcd first).",
+                                              discussion: "A relay refuses it; a plain daemon's reads are all consistent."))
+        var consistent = false
         func validate() throws {
             if keys.isEmpty { throw ValidationError("give at least one key") }
         }
         func run() throws {
             if prefix {
                 for prefix in keys {
-                    printKeys(under: prefix, connection: connection, valuesOnly: printValueOnly)
+                    printKeys(under: prefix, connection: connection, valuesOnly: printValueOnly, consistent: consistent)
                 }
                 return
             }
+            if consistent { connection.requireConsistentReads() }
             var missing = 0
             let client = try connection.client()
             for key in keys {
                 do {
-                    let kv = try client.get(key, timeoutMilliseconds: connection.timeout)
+                    let kv = try client.get(key, consistent: consistent, timeoutMilliseconds: connection.timeout)
                     connection.print(keyValueObject(kv), text: keys.count == 1 || printValueOnly ? kv.value.jsonText : keyValueText(kv))
                 } catch where error.reply?.code == .notFound {
                     warn("beacon: \(error.message)")
@@ -701,8 +715,10 @@ extension Beacon {
         static let configuration = CommandConfiguration(commandName: "ls", abstract: "List keys and values under a prefix.")
         @OptionGroup var connection: Connection
         @Argument(help: "The prefix (default: every key).") var prefix: String = ""
+        @Flag(name: .long, help: "See every write acknowledged anywhere before the read, at every etcd front too (a front asks etcd first).")
+        var consistent = false
         func run() throws {
-            printKeys(under: prefix, connection: connection)
+            printKeys(under: prefix, connection: connection, consistent: consistent)
         }
     }
 

@@ -51,6 +51,7 @@ extension ClientEngine {
     /// A batch the daemon refused as a whole leaves its writes to be sent again one by one when
     /// their retry is due.
     func handle(_ reply: Beacon_V1_Reply) {
+        if handleRead(reply) { return }  // a read's reply, a batch of them too
         if case .batch(let batch) = reply.result {
             for inner in batch.replies { handle(inner) }
             return

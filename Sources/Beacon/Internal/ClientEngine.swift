@@ -54,6 +54,8 @@ final class ClientEngine: @unchecked Sendable {
     var nextRefusedRetry: UInt64 = 0
     /// Writes sent and not answered, by request id.
     var pendingWrites: [UInt64: PendingWrite] = [:]
+    /// Reads sent and not answered, by request id.
+    var pendingReads: [UInt64: PendingRead] = [:]
     /// Writes answered and waiting for their mirrors to catch up.
     var awaitingMirror: [PendingWrite] = []
     /// When the daemon was last heard from (a publication or a reply), in ms of uptime.
@@ -115,6 +117,7 @@ final class ClientEngine: @unchecked Sendable {
     private static func refuse(_ command: EngineCommand, _ error: BeaconError) {
         switch command {
         case .write(let request): request.complete(.failure(error))
+        case .read(let request): request.complete(.failure(error))
         case .history(let request): request.feed.finish(throwing: error)
         default: break
         }
@@ -157,6 +160,7 @@ final class ClientEngine: @unchecked Sendable {
             takeReleased()
             flushOutgoing()
             serviceWrites(now: now)
+            serviceReads(now: now)
             if nextKeepAlive > 0 && now >= nextKeepAlive { keepSessionAlive(now: now) }
             if localJournal != nil && now >= nextSave {
                 saveLocalJournal()
@@ -191,6 +195,7 @@ final class ClientEngine: @unchecked Sendable {
         var deadline = now + 250
         if hasDueFetch { deadline = min(deadline, max(nextSyncAttempt, now)) }
         for write in pendingWrites.values { deadline = min(deadline, write.nextAttempt) }
+        for read in pendingReads.values { deadline = min(deadline, read.nextAttempt) }
         if nextKeepAlive > 0 { deadline = min(deadline, nextKeepAlive) }
         if !awaitingMirror.isEmpty { deadline = min(deadline, now + 20) }
         return Int(deadline > now ? deadline - now : 0)
@@ -211,6 +216,7 @@ final class ClientEngine: @unchecked Sendable {
             case .follow(let prefix): follow(prefix)
             case .unfollow(let prefix): unfollow(prefix)
             case .write: break
+            case .read(let request): send(request)
             case .history(let request): startHistory(request)
             case .cancelHistory(let id): stopHistory(id)
             }
@@ -397,6 +403,8 @@ final class ClientEngine: @unchecked Sendable {
     private func failEverything(_ error: BeaconError) {
         for write in pendingWrites.values { write.request.complete(.failure(error)) }
         pendingWrites.removeAll()
+        for read in pendingReads.values { read.request.complete(.failure(error)) }
+        pendingReads.removeAll()
         for write in awaitingMirror { write.request.complete(.failure(error)) }
         awaitingMirror.removeAll()
         for history in histories.values { history.feed.finish() }

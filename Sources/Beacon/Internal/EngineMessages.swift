@@ -9,6 +9,8 @@ enum EngineCommand: Sendable {
     case unfollow(prefix: String)
     /// Send a write and report its outcome.
     case write(WriteRequest)
+    /// Send a read and hand its reply back.
+    case read(ReadRequest)
     /// Start a history stream.
     case history(HistoryRequest)
     /// Stop a history stream.

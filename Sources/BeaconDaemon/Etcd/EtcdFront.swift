@@ -12,7 +12,12 @@ import Logging
 /// committed it and the front's own journal shows its revision, so that its client reads its
 /// write here. A connection's writes go to etcd one at a time, in the order sent (etcd applies
 /// concurrent transactions in any order); its later requests wait behind them, bounded in bytes
-/// (``ForwardingOrder`` without pipelining). Loop thread only.
+/// (``ForwardingOrder`` without pipelining).
+///
+/// A consistent read takes the commit clock's revision from etcd by a linearizable read: every
+/// front's acknowledged write wrote the clock at or below it (``ConsistentReads``). It is answered
+/// once the watch has brought this front through that revision and the journal holds it. Loop
+/// thread only.
 final class EtcdFront: WriteAuthority {
     /// A request that waits behind its connection's writes.
     struct WaitingRequest {
@@ -67,6 +72,16 @@ final class EtcdFront: WriteAuthority {
     private var order = ForwardingOrder<WaitingRequest>(pipelinesForwarded: false)
     private var fences = WriteFences()
     private var awaitingJournal = MirrorWaiters<Applied>()
+    private var reads = ConsistentReads<WaitingRequest>()
+    /// The token of the read index being learned.
+    private var readIndexToken: UInt64?
+    /// Consistent reads whose read index the journal holds, to hand back at the end of the pass.
+    private var readsReached: [(read: WaitingRequest, readIndex: UInt64)] = []
+    /// The etcd revision through which the journal holds everything the watch reported.
+    private var journaledThrough: UInt64 = 0
+    /// What the watch reported it went through, with the journal head it staged for it: held
+    /// once the journal is durable through that head.
+    private var followedThrough: [(stagedHead: UInt64, through: UInt64)] = []
     /// Keys with a time to live, by expiry. Keyed by wall-clock milliseconds, not monotonic ones:
     /// `expires_at_ms` is the same at every front, and any of them may expire the key.
     private var expiries = TimerQueue<Expiry>()
@@ -108,6 +123,7 @@ final class EtcdFront: WriteAuthority {
     }
 
     var stagesWritesHere: Bool { false }
+    var servesConsistentReads: Bool { true }
 
     // MARK: The loop
 
@@ -144,14 +160,32 @@ final class EtcdFront: WriteAuthority {
                     etcdHead = max(etcdHead, head)
                     lastHeardMilliseconds = host.writes.clock.wallMilliseconds()
                 }
+            case .followed(let through):
+                followedThrough.append((host.writes.headRevision, through))
+            case .readIndex(let token, let result):
+                learnedReadIndex(token: token, result, host: host)
             }
         }
         if staged { host.writes.submitStagedIfIdle() }
+        journalAdvanced(host: host)
     }
 
     /// Hands back, in order, the requests of connections whose writes were all answered; sends
     /// the expiries that are due.
     func finishPass(host: some AuthorityHost) {
+        let nowMonotonic = clock.now().milliseconds
+        for read in reads.takeExpired(now: nowMonotonic) {
+            refuseRead(read, Refusal(.upstreamUnavailable, "this front's copy did not reach etcd's revision within "
+                + "\(ConsistentReads<WaitingRequest>.patienceMilliseconds) ms: retry, or read without consistent"), host: host)
+        }
+        let reached = readsReached
+        readsReached = []
+        for (read, readIndex) in reached {
+            order.answered(for: read.route.connection)
+            var context = read.context
+            context.readIndex = readIndex
+            host.handle(read.request, route: read.route, inBatch: read.inBatch, replaying: true, context: context)
+        }
         while let next = order.nextToHandBack() {
             host.handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true, context: next.context)
         }
@@ -166,11 +200,19 @@ final class EtcdFront: WriteAuthority {
         }
     }
 
-    /// Until the next expiry, at most.
+    /// Until the next expiry or a consistent read's deadline, at most.
     var pollTimeoutMilliseconds: Int? {
-        guard let next = expiries.nextDeadline?.milliseconds else { return nil }
-        let now = clock.wallMilliseconds()
-        return next > now ? Int(min(next - now, 60_000)) : 0
+        var timeout: Int?
+        if let next = expiries.nextDeadline?.milliseconds {
+            let now = clock.wallMilliseconds()
+            timeout = next > now ? Int(min(next - now, 60_000)) : 0
+        }
+        if let deadline = reads.nextDeadline {
+            let now = clock.now().milliseconds
+            timeout = min(timeout ?? .max, deadline > now ? Int(deadline - now) : 0)
+        }
+        if !readsReached.isEmpty { timeout = 0 }
+        return timeout
     }
 
     func committed(host: some AuthorityHost) { journalAdvanced(host: host) }
@@ -185,7 +227,11 @@ final class EtcdFront: WriteAuthority {
 
     /// Answers every write still waiting (it may have been applied), then the requests behind them.
     func shutDown(host: some AuthorityHost) {
-        while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue {
+        while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue || !reads.isEmpty || !readsReached.isEmpty {
+            for read in reads.takeAll() + readsReached.map(\.read) {
+                refuseRead(read, Refusal(.upstreamUnavailable, "the front stopped before it could answer a consistent read: retry"), host: host)
+            }
+            readsReached = []
             for token in sent.keys.sorted() {
                 if case .keepAlive = sent[token]?.work {
                     answerKeepAlive(token: token, .failure(.etcd(EtcdError(.closed, "the front stopped"))), host: host)
@@ -221,15 +267,23 @@ final class EtcdFront: WriteAuthority {
         }
         writes.forgetWriteIDs()
         scheduleExpiries(of: writes.store)
+        followedThrough = []
+        journaledThrough = max(journaledThrough, revision)
         logger.notice("the front took the cluster's state", metadata: [
             "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
         host.historyReplaced(at: revision)
         journalAdvanced(host: host)
     }
 
-    /// The journal advanced: applied writes it now shows are answered.
+    /// The journal advanced: applied writes it now shows are answered, and consistent reads
+    /// whose read index it now holds are handed back.
     private func journalAdvanced(host: some AuthorityHost) {
         let writes = host.writes
+        while let first = followedThrough.first, first.stagedHead <= writes.durableRevision {
+            journaledThrough = max(journaledThrough, first.through)
+            followedThrough.removeFirst()
+        }
+        readsReached += reads.takeReached(through: journaledThrough)
         for var entry in awaitingJournal.takeShown(journalEpoch: writes.epoch, upstreamEpoch: writes.epoch,
                                                    durableRevision: writes.durableRevision) {
             if let revision = entry.replayedRevision {
@@ -248,11 +302,14 @@ final class EtcdFront: WriteAuthority {
                    host: some AuthorityHost) -> Bool {
         let connection = route.connection
         let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
-        switch order.admit(waiting, of: connection, isForwarded: Self.isWrite(request),
+        let consistent = context.readIndex == nil && request.asksForConsistentRead
+        switch order.admit(waiting, of: connection, isForwarded: Self.isWrite(request) || consistent,
                            bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
                            boundBytes: host.perConnectionBytes, handedBack: replaying) {
         case .now:
-            return false
+            guard consistent else { return false }
+            startConsistentRead(waiting, host: host)
+            return true
         case .waits:
             return true
         case .overBound(let held):
@@ -260,6 +317,46 @@ final class EtcdFront: WriteAuthority {
                                  reason: "requests waiting behind its writes to etcd passed reply_buffer_bytes (\(host.perConnectionBytes))")
             return true
         }
+    }
+
+    // MARK: Consistent reads
+
+    /// Asks etcd for `read`'s read index (shared with the reads that arrive while it is asked
+    /// for); the read keeps its connection's place until it is answered.
+    private func startConsistentRead(_ read: WaitingRequest, host: some AuthorityHost) {
+        guard reachable else {
+            return host.refuse(read.request.id, Refusal(.upstreamUnavailable, "no member of \(link.clusterName) with a leader answers "
+                + "this front, so it cannot tell which writes other fronts acknowledged: retry, or read without consistent"),
+                route: read.route, dependsOnStaged: false)
+        }
+        order.forwarded(by: read.route.connection)
+        if reads.add(read, now: clock.now().milliseconds) { askReadIndex() }
+    }
+
+    private func askReadIndex() {
+        let token = nextToken
+        nextToken += 1
+        readIndexToken = token
+        link.readIndex(token: token)
+    }
+
+    private func learnedReadIndex(token: UInt64, _ result: Result<UInt64, EtcdError>, host: some AuthorityHost) {
+        guard token == readIndexToken else { return }
+        readIndexToken = nil
+        let (failed, askAgain) = reads.learned(try? result.get())
+        if case .failure(let error) = result {
+            for read in failed {
+                refuseRead(read, Refusal(.upstreamUnavailable, "etcd did not tell this front its revision (\(error.message)): "
+                    + "retry, or read without consistent"), host: host)
+            }
+        }
+        if askAgain { askReadIndex() }
+    }
+
+    /// Answers a consistent read with `refusal`; its connection's later requests go on.
+    private func refuseRead(_ read: WaitingRequest, _ refusal: Refusal, host: some AuthorityHost) {
+        host.refuse(read.request.id, refusal, route: read.route, dependsOnStaged: false)
+        order.answered(for: read.route.connection)
     }
 
     private static func isWrite(_ request: Beacon_V1_Request) -> Bool {

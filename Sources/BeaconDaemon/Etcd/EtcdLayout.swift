@@ -6,9 +6,10 @@ import Foundation
 ///
 /// - `P k/KEY`: a Beacon key. Its etcd revision, version and create revision are Beacon's; the
 ///   value is a `KeyValue` message holding only `value`, `mod_time_ms` and `expires_at_ms`.
-/// - `P t`: the commit clock, written by every transaction a front makes: 8 bytes of commit
-///   time (Unix milliseconds, big-endian) and a kind byte (0 a write, 1 an expiry). A revision
-///   without it (a lease that ran out) takes the last commit time before it.
+/// - `P t`: the commit clock, written by every transaction a front makes (and after a session it
+///   ended, alone): 8 bytes of commit time (Unix milliseconds, big-endian) and a kind byte (0 a
+///   write, 1 an expiry). A revision without it (a lease that ran out) takes the last commit time
+///   before it. Its revision is a consistent read's read index (``EtcdLink/readIndex(token:)``).
 /// - `P w/HEX`: a write id applied, created in its write's transaction (so its create revision
 ///   is the write's), on a lease that keeps it for half an hour to an hour.
 /// - `P s/HEX`: a writer's session (in its writer's namespace): the id of the etcd lease its keys

@@ -22,6 +22,11 @@ enum EtcdLinkEvent: Sendable {
     case expiryNotSent(key: String, modRevision: UInt64)
     /// Whether the watch is in place (a member with a leader answers), and etcd's revision.
     case status(reachable: Bool, headRevision: UInt64)
+    /// The watch reported every change under the prefix through this etcd revision (the
+    /// revisions before this event included).
+    case followed(through: UInt64)
+    /// The read index asked for with `token`: the commit clock's revision, as a linearizable read saw it.
+    case readIndex(token: UInt64, Result<UInt64, EtcdError>)
 }
 
 /// Why a write or a `KeepAlive` the link was given did not go through.
@@ -159,6 +164,14 @@ final class EtcdLink: Sendable {
                     if let lease = try await existingLease(of: session) {
                         try await client.revokeLease(lease)
                         sessionLeases.withLock { $0[session] = nil }
+                        // The revocation's revision writes no clock: one that does follows, so
+                        // that other fronts' consistent reads wait for the session's end.
+                        _ = try await client.txn(.with {
+                            $0.success = [.with { $0.requestPut = .with {
+                                $0.key = layout.clockKey
+                                $0.value = EtcdLayout.clockValue(milliseconds: nowMilliseconds, isExpiry: false)
+                            } }]
+                        }, idempotent: true)
                     }
                     return .keptAlive(token: token, .success(.init()))
                 }
@@ -181,6 +194,21 @@ final class EtcdLink: Sendable {
                 return .keptAlive(token: token, .failure(.etcd(EtcdError(.unavailable, "the session's lease ended while it was renewed"))))
             } catch {
                 return .keptAlive(token: token, .failure(.etcd(error)))
+            }
+        }
+    }
+
+    /// Learns a read index: the revision of the commit clock, by a linearizable read (etcd's
+    /// leader confirms it still leads). Every front writes the clock in each transaction it makes
+    /// and acknowledges a write only after etcd committed it, so every write acknowledged at any
+    /// front before this call is at or below it. The answer comes back as `.readIndex(token, …)`.
+    func readIndex(token: UInt64) {
+        run(token: token) { [self] () async -> EtcdLinkEvent in
+            do throws(EtcdError) {
+                let clock = try await client.range(.with { $0.key = layout.clockKey; $0.keysOnly = true })
+                return .readIndex(token: token, .success(UInt64(max(clock.kvs.first?.modRevision ?? 0, 0))))
+            } catch {
+                return .readIndex(token: token, .failure(error))
             }
         }
     }
@@ -312,6 +340,7 @@ final class EtcdLink: Sendable {
                             return state.reader.revisions(from: events)
                         }
                         if !revisions.isEmpty { report(.revisions(revisions)) }
+                        report(.followed(through: UInt64(max(events.last?.kv.modRevision ?? 0, 0))))
                         report(.status(reachable: true, headRevision: UInt64(max(head, 0))))
                     }
                     return !Task.isCancelled

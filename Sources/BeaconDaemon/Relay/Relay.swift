@@ -48,6 +48,8 @@ final class Relay: WriteAuthority {
     private var fences = WriteFences()
     private var awaitingMirror = MirrorWaiters<Answered>()
     private(set) var writesForwarded: UInt64 = 0
+    /// Consistent reads are refused: a relay does not learn which writes its upstream acknowledged.
+    var servesConsistentReads: Bool { false }
 
     /// Opens the link to `settings`' upstream, resuming from what `writes`' journal holds of it
     /// (the link finds out with its first delta whether it is the same), or taking it anew.
@@ -266,7 +268,11 @@ final class Relay: WriteAuthority {
                            bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
                            boundBytes: host.perConnectionBytes, handedBack: replaying) {
         case .now:
-            return false
+            guard request.asksForConsistentRead else { return false }
+            host.refuse(request.id, Refusal(.invalidArgument, "a relay does not serve consistent reads: read without consistent "
+                + "(this relay's copy, with read-your-writes), or read at its upstream, \(link.endpoint.request)"),
+                route: route, dependsOnStaged: false)
+            return true
         case .waits:
             return true
         case .overBound(let held):

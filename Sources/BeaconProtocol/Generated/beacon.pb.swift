@@ -626,10 +626,15 @@ public nonisolated struct Beacon_V1_Request: Sendable {
   public init() {}
 }
 
+/// `sync` asks for a read index: the reply waits until this daemon holds every write acknowledged
+/// anywhere (at any front of its etcd cluster, at its relay's upstream) before the Ping, and names
+/// that revision in `PingReply.read_revision` (PROTOCOL.md §4.8).
 public nonisolated struct Beacon_V1_Ping: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  public var sync: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -660,6 +665,9 @@ public nonisolated struct Beacon_V1_Get: Sendable {
 
   public var key: String = String()
 
+  /// see every write acknowledged anywhere before this request (§4.8)
+  public var consistent: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -679,6 +687,9 @@ public nonisolated struct Beacon_V1_List: Sendable {
   public var startAfter: String = String()
 
   public var keysOnly: Bool = false
+
+  /// see every write acknowledged anywhere before this request (§4.8)
+  public var consistent: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -819,6 +830,9 @@ public nonisolated struct Beacon_V1_Snapshot: Sendable {
   public var limit: UInt32 = 0
 
   public var startAfter: String = String()
+
+  /// with revision 0: see every write acknowledged anywhere before this request (§4.8)
+  public var consistent: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1292,6 +1306,12 @@ public nonisolated struct Beacon_V1_PingReply: Sendable {
 
   /// this daemon publishes Bundles (PROTOCOL.md §5.4)
   public var bundles: Bool = false
+
+  /// Ping{sync}: every write acknowledged before the Ping is at or below it, and held here
+  public var readRevision: UInt64 = 0
+
+  /// this daemon honours Ping.sync and the `consistent` flag of reads (§4.8)
+  public var consistentReads: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2625,18 +2645,29 @@ nonisolated extension Beacon_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._M
 
 nonisolated extension Beacon_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Ping"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sync\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    // Load everything into unknown fields
-    while try decoder.nextFieldNumber() != nil {}
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.sync) }()
+      default: break
+      }
+    }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.sync != false {
+      try visitor.visitSingularBoolField(value: self.sync, fieldNumber: 1)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beacon_V1_Ping, rhs: Beacon_V1_Ping) -> Bool {
+    if lhs.sync != rhs.sync {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2679,7 +2710,7 @@ nonisolated extension Beacon_V1_Backup: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension Beacon_V1_Get: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Get"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}consistent\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2688,6 +2719,7 @@ nonisolated extension Beacon_V1_Get: SwiftProtobuf.Message, SwiftProtobuf._Messa
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.consistent) }()
       default: break
       }
     }
@@ -2697,11 +2729,15 @@ nonisolated extension Beacon_V1_Get: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if !self.key.isEmpty {
       try visitor.visitSingularStringField(value: self.key, fieldNumber: 1)
     }
+    if self.consistent != false {
+      try visitor.visitSingularBoolField(value: self.consistent, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beacon_V1_Get, rhs: Beacon_V1_Get) -> Bool {
     if lhs.key != rhs.key {return false}
+    if lhs.consistent != rhs.consistent {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2709,7 +2745,7 @@ nonisolated extension Beacon_V1_Get: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Beacon_V1_List: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".List"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}prefix\0\u{1}limit\0\u{3}start_after\0\u{3}keys_only\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}prefix\0\u{1}limit\0\u{3}start_after\0\u{3}keys_only\0\u{1}consistent\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2721,6 +2757,7 @@ nonisolated extension Beacon_V1_List: SwiftProtobuf.Message, SwiftProtobuf._Mess
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.limit) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.startAfter) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.keysOnly) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.consistent) }()
       default: break
       }
     }
@@ -2739,6 +2776,9 @@ nonisolated extension Beacon_V1_List: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if self.keysOnly != false {
       try visitor.visitSingularBoolField(value: self.keysOnly, fieldNumber: 4)
     }
+    if self.consistent != false {
+      try visitor.visitSingularBoolField(value: self.consistent, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2747,6 +2787,7 @@ nonisolated extension Beacon_V1_List: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.limit != rhs.limit {return false}
     if lhs.startAfter != rhs.startAfter {return false}
     if lhs.keysOnly != rhs.keysOnly {return false}
+    if lhs.consistent != rhs.consistent {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2964,7 +3005,7 @@ nonisolated extension Beacon_V1_Txn: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Beacon_V1_Snapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Snapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}prefix\0\u{1}revision\0\u{1}limit\0\u{3}start_after\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}prefix\0\u{1}revision\0\u{1}limit\0\u{3}start_after\0\u{1}consistent\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2976,6 +3017,7 @@ nonisolated extension Beacon_V1_Snapshot: SwiftProtobuf.Message, SwiftProtobuf._
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.revision) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.limit) }()
       case 4: try { try decoder.decodeSingularStringField(value: &self.startAfter) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.consistent) }()
       default: break
       }
     }
@@ -2994,6 +3036,9 @@ nonisolated extension Beacon_V1_Snapshot: SwiftProtobuf.Message, SwiftProtobuf._
     if !self.startAfter.isEmpty {
       try visitor.visitSingularStringField(value: self.startAfter, fieldNumber: 4)
     }
+    if self.consistent != false {
+      try visitor.visitSingularBoolField(value: self.consistent, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3002,6 +3047,7 @@ nonisolated extension Beacon_V1_Snapshot: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.revision != rhs.revision {return false}
     if lhs.limit != rhs.limit {return false}
     if lhs.startAfter != rhs.startAfter {return false}
+    if lhs.consistent != rhs.consistent {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3619,7 +3665,7 @@ nonisolated extension Beacon_V1_Error.Code: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PingReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}protocol_version\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}heartbeat_interval_ms\0\u{3}daemon_version\0\u{1}upstream\0\u{1}bundles\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}protocol_version\0\u{1}epoch\0\u{1}instance\0\u{3}head_revision\0\u{3}compacted_revision\0\u{3}heartbeat_interval_ms\0\u{3}daemon_version\0\u{1}upstream\0\u{1}bundles\0\u{3}read_revision\0\u{3}consistent_reads\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3636,6 +3682,8 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
       case 7: try { try decoder.decodeSingularStringField(value: &self.daemonVersion) }()
       case 8: try { try decoder.decodeSingularMessageField(value: &self._upstream) }()
       case 9: try { try decoder.decodeSingularBoolField(value: &self.bundles) }()
+      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.readRevision) }()
+      case 11: try { try decoder.decodeSingularBoolField(value: &self.consistentReads) }()
       default: break
       }
     }
@@ -3673,6 +3721,12 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
     if self.bundles != false {
       try visitor.visitSingularBoolField(value: self.bundles, fieldNumber: 9)
     }
+    if self.readRevision != 0 {
+      try visitor.visitSingularUInt64Field(value: self.readRevision, fieldNumber: 10)
+    }
+    if self.consistentReads != false {
+      try visitor.visitSingularBoolField(value: self.consistentReads, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3686,6 +3740,8 @@ nonisolated extension Beacon_V1_PingReply: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.daemonVersion != rhs.daemonVersion {return false}
     if lhs._upstream != rhs._upstream {return false}
     if lhs.bundles != rhs.bundles {return false}
+    if lhs.readRevision != rhs.readRevision {return false}
+    if lhs.consistentReads != rhs.consistentReads {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

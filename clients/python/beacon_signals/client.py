@@ -263,22 +263,44 @@ class Client:
         return PingInfo(reply.protocol_version, reply.epoch, reply.instance, reply.head_revision, reply.compacted_revision,
                         reply.heartbeat_interval_ms, reply.daemon_version, reply.bundles)
 
-    def get(self, key):
-        """The key's :class:`Entry`, or None if it does not exist."""
+    def _require_consistent_reads(self):
+        """Raises :class:`Refused` (``INVALID_ARGUMENT``, as a relay answers) when the daemon mirrors another (a relay, or
+        a front that predates consistent reads) and does not serve them; a plain daemon's reads
+        all are."""
+        reply = self.call(ping=pb.Ping()).ping
+        if not reply.consistent_reads and reply.HasField("upstream"):
+            raise Refused(pb.Error(code=pb.Error.INVALID_ARGUMENT, message=(
+                f"beacond {reply.daemon_version} mirrors {reply.upstream.endpoint} and cannot serve a consistent read: "
+                "read with consistent=False, or at its upstream")))
+
+    def sync(self):
+        """A read index: waits until the daemon holds every write acknowledged anywhere before the
+        call (at every front of its etcd cluster too) and returns that revision."""
+        self._require_consistent_reads()
+        return self.call(ping=pb.Ping(sync=True)).ping.read_revision
+
+    def get(self, key, *, consistent=False):
+        """The key's :class:`Entry`, or None if it does not exist. With ``consistent``, the read
+        sees every write acknowledged anywhere before it, at any etcd front too (PROTOCOL.md §4.8)."""
+        if consistent:
+            self._require_consistent_reads()
         try:
-            return Entry.from_wire(self.call(get=pb.Get(key=key)).get.kv)
+            return Entry.from_wire(self.call(get=pb.Get(key=key, consistent=consistent)).get.kv)
         except Refused as refused:
             if refused.code == "NOT_FOUND":
                 return None
             raise
 
-    def list(self, prefix="", keys_only=False):
+    def list(self, prefix="", keys_only=False, *, consistent=False):
         """Every live key under `prefix`: a dict of :class:`Entry` by key (with ``keys_only``, a
-        list of keys), read page by page."""
+        list of keys), read page by page; ``consistent`` as for :meth:`get`, for each page."""
+        if consistent:
+            self._require_consistent_reads()
         entries = {} if not keys_only else []
         after = ""
         while True:
-            page = self.call(list=pb.List(prefix=prefix, start_after=after, keys_only=keys_only, limit=1000)).list
+            page = self.call(list=pb.List(prefix=prefix, start_after=after, keys_only=keys_only, limit=1000,
+                                          consistent=consistent)).list
             for kv in page.kvs:
                 if keys_only:
                     entries.append(kv.key)

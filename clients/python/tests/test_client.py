@@ -33,6 +33,17 @@ def test_writes_reads_and_versions(daemon):
     assert client.get("app.mode") is None
 
 
+def test_consistent_reads_at_a_primary_are_its_reads_and_sync_names_its_head(daemon):
+    client = daemon.client()
+    last = None
+    for index in range(3):
+        last = client.set(f"c.{index}", index)
+    assert client.sync() == last.revision
+    assert client.get("c.1", consistent=True).value == 1
+    assert client.get("c.none", consistent=True) is None
+    assert sorted(client.list("c.", consistent=True)) == ["c.0", "c.1", "c.2"]
+
+
 def test_refusals_carry_the_protocols_code_and_details(daemon):
     client = daemon.client()
     client.set("cas.k", 1)
@@ -111,6 +122,19 @@ def test_a_write_the_daemon_does_not_answer_is_sent_again_and_applied_once(daemo
     history = list(daemon.client().history("w.k", exact=True))
     assert [event.value for event in history] == [0, 1], "applied exactly once"
     assert result.revision == history[-1].revision
+
+
+def test_a_relay_refuses_consistent_reads_and_serves_plain_ones(make_daemon):
+    primary = make_daemon(name="primary")
+    relay = make_daemon("--upstream", f"ipc://{primary.runtime_dir}/beacon.req", name="relay")
+    written = primary.client().set("r.k", "v")
+    client = relay.client()
+    wait_for(lambda: client.ping().head_revision >= written.revision, what="the relay to hold the write")
+    for read in (lambda: client.get("r.k", consistent=True), lambda: client.list("r.", consistent=True), client.sync):
+        with pytest.raises(Refused) as refused:
+            read()
+        assert refused.value.code == "INVALID_ARGUMENT" and "consistent" in refused.value.message
+    assert client.get("r.k").value == "v"
 
 
 def test_a_write_through_a_relay_waits_out_its_upstream_and_is_applied_once(make_daemon):

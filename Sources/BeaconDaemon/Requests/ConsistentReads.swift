@@ -1,0 +1,118 @@
+import BeaconProtocol
+
+/// The consistent reads (`Get`, `List`, `Snapshot` with `consistent`, `Ping` with `sync`) of a
+/// daemon whose writes are decided elsewhere (an etcd front, a relay), from arrival to answer.
+///
+/// Each read waits for a **read index**: a revision, learned from whoever decides the writes,
+/// at or above every write acknowledged anywhere before the read arrived. Then it waits until
+/// this daemon's copy holds that revision, and is answered from the copy. A read index asked for
+/// before a read arrived does not cover the writes acknowledged in between, so reads that arrive
+/// while one is being learned share the next; at most one is asked for at a time.
+///
+/// A value: no sockets, no clock. Its owner asks for the read index, tells it what arrived, and
+/// answers the reads it hands out.
+struct ConsistentReads<Read> {
+    private struct Waiting {
+        var read: Read
+        /// Monotonic milliseconds after which it is refused.
+        var deadline: UInt64
+    }
+
+    /// The reads the read index being learned is for; nil when none is being learned.
+    private var asked: [Waiting]?
+    /// Reads that arrived while one was being learned: they share the next.
+    private var queued: [Waiting] = []
+    /// Reads whose read index is known, waiting for the copy to hold it.
+    private var awaiting: [(revision: UInt64, waiting: Waiting)] = []
+
+    /// How long a consistent read may wait for its read index and the copy, in milliseconds.
+    static var patienceMilliseconds: UInt64 { 5_000 }
+
+    /// Whether any read waits.
+    var isEmpty: Bool { asked == nil && queued.isEmpty && awaiting.isEmpty }
+
+    /// Takes a read that arrived at `now`.
+    /// - Returns: whether a read index is to be asked for now (none is being learned).
+    mutating func add(_ read: Read, now: UInt64) -> Bool {
+        let waiting = Waiting(read: read, deadline: now + Self.patienceMilliseconds)
+        guard asked == nil else {
+            queued.append(waiting)
+            return false
+        }
+        asked = [waiting]
+        return true
+    }
+
+    /// The read index asked for was learned (`revision`) or could not be (nil).
+    /// - Returns: the reads that failed with it, and whether the next read index is to be asked
+    ///   for now (reads arrived meanwhile).
+    mutating func learned(_ revision: UInt64?) -> (failed: [Read], askAgain: Bool) {
+        let reads = asked ?? []
+        asked = nil
+        var failed: [Read] = []
+        if let revision {
+            awaiting += reads.map { (revision, $0) }
+        } else {
+            failed = reads.map(\.read)
+        }
+        guard !queued.isEmpty else { return (failed, false) }
+        asked = queued
+        queued = []
+        return (failed, true)
+    }
+
+    /// The reads whose read index the copy holds, now that it holds every revision through
+    /// `revision`; each with its read index.
+    mutating func takeReached(through revision: UInt64) -> [(read: Read, readIndex: UInt64)] {
+        guard awaiting.contains(where: { $0.revision <= revision }) else { return [] }
+        let reached = awaiting.filter { $0.revision <= revision }
+        awaiting.removeAll { $0.revision <= revision }
+        return reached.map { ($0.waiting.read, $0.revision) }
+    }
+
+    /// The reads still waiting at their deadline; the read index being learned stays asked for.
+    mutating func takeExpired(now: UInt64) -> [Read] {
+        var expired: [Read] = []
+        func split(_ list: inout [Waiting]) {
+            expired += list.filter { $0.deadline <= now }.map(\.read)
+            list.removeAll { $0.deadline <= now }
+        }
+        if var reads = asked {
+            split(&reads)
+            asked = reads  // still being learned, though maybe for nobody now
+        }
+        split(&queued)
+        expired += awaiting.filter { $0.waiting.deadline <= now }.map(\.waiting.read)
+        awaiting.removeAll { $0.waiting.deadline <= now }
+        return expired
+    }
+
+    /// The earliest deadline of a read still waiting.
+    var nextDeadline: UInt64? {
+        ((asked ?? []) + queued + awaiting.map(\.waiting)).map(\.deadline).min()
+    }
+
+    /// Every read still waiting (the daemon stops, or its copy was replaced by another's).
+    mutating func takeAll() -> [Read] {
+        defer {
+            asked = asked.map { _ in [] }
+            queued = []
+            awaiting = []
+        }
+        return (asked ?? []).map(\.read) + queued.map(\.read) + awaiting.map(\.waiting.read)
+    }
+}
+
+extension Beacon_V1_Request {
+    /// Whether it asks for a consistent read: a `Get`, `List` or `Snapshot` at head with
+    /// `consistent`, or a `Ping` with `sync`.
+    var asksForConsistentRead: Bool {
+        switch op {
+        case .get(let get): get.consistent
+        case .list(let list): list.consistent
+        case .snapshot(let snapshot): snapshot.consistent && snapshot.revision == 0
+        case .ping(let ping): ping.sync
+        default: false
+        }
+    }
+}
