@@ -38,7 +38,7 @@ help:
 	@echo "make bench-compaction  request round trips while beacond compacts 2,000,000 changes"
 	@echo "make bench-crash   300 kill -9 trials on refusals decided against pipelined writes"
 	@echo "make bench-relay   latency per relay hop; fan-out through relays vs all on the primary"
-	@echo "make bench-etcd    writes through an etcd front vs direct gRPC puts and its transaction followed; front → front latency vs put → watch"
+	@echo "make bench-etcd    writes through an etcd front vs direct gRPC puts and its transaction followed; front → front latency vs put → watch; CPU per write beside etcd's; consistent vs plain reads"
 	@echo "make bench-python  the Python client's mirror: updates/s and write → callback latency vs raw pyzmq"
 	@echo "make man           man pages for beacon and beacond, generated from the command definitions"
 	@echo "make completions   bash, zsh and fish completions for beacon"

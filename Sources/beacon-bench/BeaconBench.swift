@@ -206,7 +206,7 @@ final class DaemonUnderTest {
     }
 
     /// The name and the CPU seconds (user + system) in a process's or thread's `stat` file.
-    private static func cpuUse(statFile: String) -> (name: String, seconds: Double)? {
+    static func cpuUse(statFile: String) -> (name: String, seconds: Double)? {
         guard let stat = try? String(contentsOfFile: statFile, encoding: .utf8),
               let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { return nil }
         // After the name: state is field 3; utime and stime are fields 14 and 15.

@@ -29,6 +29,9 @@ struct EtcdBench: ParsableCommand {
         // CPU per write (ms) of each front: while it forwards writes, while it only follows them.
         var forwardingCPU: [Double] = [], followingCPU: [Double] = [], otherFrontCPU: [Double] = []
         var acrossP50: [Double] = [], acrossP99: [Double] = [], watchP50: [Double] = [], watchP99: [Double] = []
+        // CPU per write (ms) of the etcd members while a front forwards writes, busiest (the leader) first.
+        var memberCPU: [[Double]] = []
+        var plainReadP50: [Double] = [], plainReadP99: [Double] = [], consistentP50: [Double] = [], consistentP99: [Double] = []
         for run in 1...runs {
             let directory = temporaryDirectory()
             defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -48,10 +51,18 @@ struct EtcdBench: ParsableCommand {
             let followedWrites = Double(followed.latencies.count)
             followingCPU.append(fronts.indices.map { 1000 * (fronts[$0].cpuSeconds() - cpu[$0]) / followedWrites }.reduce(0, +) / 2)
             cpu = fronts.map { $0.cpuSeconds() }
+            let membersBefore = cluster.memberCPUSeconds()
             let front = try Self.frontPuts(runtimeDirectory: fronts[0].runtimeDirectory, writers: writers, seconds: seconds)
             // Front b may still be journaling the last writes: its figure is a little low.
             forwardingCPU.append(1000 * (fronts[0].cpuSeconds() - cpu[0]) / Double(front.latencies.count))
             otherFrontCPU.append(1000 * (fronts[1].cpuSeconds() - cpu[1]) / Double(front.latencies.count))
+            memberCPU.append(zip(cluster.memberCPUSeconds(), membersBefore).map { 1000 * ($0 - $1) / Double(front.latencies.count) }
+                .sorted(by: >))
+            let reads = try Self.reads(at: fronts[1].runtimeDirectory, samples: samples)
+            plainReadP50.append(percentile(reads.plain, 0.5))
+            plainReadP99.append(percentile(reads.plain, 0.99))
+            consistentP50.append(percentile(reads.consistent, 0.5))
+            consistentP99.append(percentile(reads.consistent, 0.99))
             let across = try Self.frontToFront(from: fronts[0].runtimeDirectory, to: fronts[1].runtimeDirectory, samples: samples)
             let watched = try Self.putToWatch(cluster: cluster, samples: samples)
             directRate.append(direct.rate)
@@ -86,6 +97,27 @@ struct EtcdBench: ParsableCommand {
                      median(acrossP50) - median(watchP50), median(acrossP99) - median(watchP99)))
         print(String(format: "| CPU per write of a front (user + system) | %.2f ms front a, %.2f ms front b | %.2f ms each front | | | |",
                      median(forwardingCPU), median(otherFrontCPU), median(followingCPU)))
+        let members = (0..<3).map { index in median(memberCPU.map { $0[index] }) }
+        print(String(format: "| CPU per write of each etcd member, busiest (the leader) first | %.2f, %.2f, %.2f ms | | | front a ÷ busiest member: %.2f | |",
+                     members[0], members[1], members[2], median(forwardingCPU) / members[0]))
+        print(String(format: "| read at front b, p50 / p99 (idle) | plain Get %.0f / %.0f µs; consistent Get %.0f / %.0f µs | | | | |",
+                     median(plainReadP50), median(plainReadP99), median(consistentP50), median(consistentP99)))
+    }
+
+    /// `samples` plain and `samples` consistent `Get`s of one key at a front, one at a time, in µs.
+    static func reads(at runtimeDirectory: String, samples: Int) throws -> (plain: [Double], consistent: [Double]) {
+        let client = try WireClient(runtimeDirectory: runtimeDirectory)
+        _ = try client.put("read.k", .with { $0.intValue = 1 })
+        var plain: [Double] = [], consistent: [Double] = []
+        for _ in 0..<samples {
+            var begin = now()
+            _ = try client.get("read.k")
+            plain.append(Double(now() - begin) / 1000)
+            begin = now()
+            _ = try client.get("read.k", consistent: true)
+            consistent.append(Double(now() - begin) / 1000)
+        }
+        return (plain.sorted(), consistent.sorted())
     }
 
     private static func etcdVersion() -> String {
@@ -328,6 +360,11 @@ final class BenchEtcdCluster {
         }
         stop()
         throw ValidationError("the etcd cluster in \(directory) did not elect a leader within 30 s")
+    }
+
+    /// CPU seconds (user + system) each member has used so far, from `/proc`.
+    func memberCPUSeconds() -> [Double] {
+        processes.map { DaemonUnderTest.cpuUse(statFile: "/proc/\($0.processIdentifier)/stat")?.seconds ?? 0 }
     }
 
     func stop() {

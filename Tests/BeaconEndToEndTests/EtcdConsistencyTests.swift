@@ -1,4 +1,5 @@
 #if Etcd  // the Etcd trait (Package.swift)
+import Beacon
 import BeaconLocking
 import BeaconProtocol
 import BeaconTestSupport
@@ -190,6 +191,17 @@ struct EtcdConsistencyTests {
         }
         print("consistent reads at b after a put acknowledged at a: \(stale) stale of 1000; plain reads: \(plainStale) stale of 1000")
         #expect(stale == 0)
+
+        // The Swift client's and the CLI's consistent reads at a front.
+        let written = try #require(acknowledgedPut([a], key: "r", number: 9999, writeID: "r-last"))
+        let client = try TestClient(runtimeDirectory: cluster.front("b").runtimeDirectory).client
+        defer { client.close() }
+        let read = try #require(try await client.read("r", consistency: .linearizable))
+        #expect(read.modRevision >= written)
+        #expect(try read.value(as: Int.self) == 9999)
+        #expect(try await client.list(prefix: "r", consistency: .linearizable).count == 1)
+        let cli = try await beacon(["get", "--consistent", "r"], runtimeDirectory: cluster.front("b").runtimeDirectory)
+        #expect(cli.status == 0 && cli.stdout == "9999\n", "\(cli.stderr)")
     }
 
     @Test func consistentGetsStayFreshAcrossLeaderKills() async throws {
