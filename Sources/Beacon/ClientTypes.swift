@@ -175,8 +175,9 @@ public enum ReadConsistency: Sendable, Equatable {
     /// a few milliseconds). Answered at once.
     case local
     /// Every write acknowledged anywhere before the read: at any front of the same etcd
-    /// cluster too. A front asks etcd for its revision first (one round trip to etcd's
-    /// leader) and answers once its copy holds it; a relay refuses it (`.rejected`).
+    /// cluster, at a relay's upstream. A front asks etcd for its revision first (one round trip
+    /// to etcd's leader), a relay its upstream, and either answers once its copy holds it. A
+    /// relay or front that predates consistent reads makes it fail with `.rejected`.
     case linearizable
 }
 

@@ -290,11 +290,13 @@ extension ServerLoop {
         }
     }
 
-    /// - Parameter context: a `sync` answered with its read index, or (here, where writes are
-    ///   decided) with the head it is answered at: every write acknowledged is at or below it.
+    /// A `sync` is answered with the head it is answered at: where writes are decided here,
+    /// every write acknowledged is at or below it; elsewhere the write authority handed the
+    /// `Ping` back once the journal held its read index, so every write acknowledged anywhere
+    /// before it that this daemon carries is.
     private func ping(_ request: Beacon_V1_Ping, headRevision: UInt64, context: RequestContext) -> Beacon_V1_PingReply {
         .with {
-            if request.sync { $0.readRevision = context.readIndex ?? headRevision }
+            if request.sync { $0.readRevision = headRevision }
             $0.consistentReads = authority.servesConsistentReads
             $0.protocolVersion = WireLimits.protocolVersion
             $0.epoch = writes.epoch

@@ -135,11 +135,16 @@ package final class EtcdClient: Sendable {
         }
     }
 
-    /// Compacts etcd's history through `revision`.
+    /// Compacts etcd's history through `revision`. History compacted through it already (by
+    /// another, or by this call on a member that answered too late) is not an error.
     package func compact(through revision: Int64) async throws(EtcdError) {
-        _ = try await call("compact", idempotent: true) { grpc, options in
-            try await Etcdserverpb_KV.Client(wrapping: grpc).compact(.with { $0.revision = revision },
-                                                                     metadata: Self.leaderRequired, options: options)
+        do {
+            _ = try await call("compact", idempotent: true) { grpc, options in
+                try await Etcdserverpb_KV.Client(wrapping: grpc).compact(.with { $0.revision = revision },
+                                                                         metadata: Self.leaderRequired, options: options)
+            }
+        } catch where error.code == .compacted {
+            return
         }
     }
 

@@ -561,6 +561,13 @@ public struct FollowerCore: Sendable {
     /// No change at or below this revision can still arrive late.
     public var settled: UInt64 { min(settledRevision(), releasedThrough) }
 
+    /// Every change at or below this revision that concerns the followed prefixes has been
+    /// released: ``settled``, or past it, through the revisions that changed none of them
+    /// (heartbeats and marks say so), while nothing is held back.
+    public var completeThrough: UInt64 {
+        held.isEmpty && pendingSnapshots.isEmpty ? max(settledRevision(), settled) : settled
+    }
+
     /// Appends revisions to the last step when it holds revisions of the same epoch.
     private static func append(_ events: [Beacon_V1_Event], epoch: UInt64, to output: inout [Step]) {
         guard let last = output.indices.last, case .revisions(let lastEpoch, var merged) = output[last], lastEpoch == epoch else {

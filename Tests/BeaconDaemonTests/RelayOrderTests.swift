@@ -40,6 +40,43 @@ struct RelayOrderTests {
 
     /// An etcd front's order: etcd applies concurrent transactions in any order, so a write waits
     /// for the one before it, bounded like the rest.
+    @Test func noWritePipelinesPastAConsistentReadLearningItsReadIndex() {
+        var order = ForwardingOrder<String>()
+        #expect(order.admit("consistent read", of: Self.alice, isForwarded: false, bytes: 10, boundBytes: 1000) == .now)
+        order.forwarded(by: Self.alice, barrier: true)
+        #expect(order.admit("write 1", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 1000) == .waits)
+        #expect(order.admit("write of bob", of: Self.bob, isForwarded: true, bytes: 10, boundBytes: 1000) == .now)
+        order.answered(for: Self.alice, barrier: true)
+        #expect(Self.handBack(&order) == ["write 1"])
+        order.forwarded(by: Self.alice)
+        #expect(order.admit("write 2", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 1000) == .now, "the barrier is gone")
+    }
+
+    @Test func consistentReadsArrivingWhileAReadIndexIsLearnedShareTheNextOne() {
+        var reads = ConsistentReads<String>()
+        let asks = [reads.add("a", now: 0), reads.add("b", now: 1), reads.add("c", now: 2)]
+        #expect(asks == [true, false, false], "the first asks; b and c wait for the next")
+        var (failed, again) = reads.learned(10)
+        #expect(failed.isEmpty && again, "b and c need a read index asked after they arrived")
+        reads.followed(through: 10, stagedHead: 4)
+        reads.journalDurable(through: 3)
+        let early = reads.takeReady().map(\.read)
+        reads.journalDurable(through: 4)
+        let reached = reads.takeReady().map(\.read)
+        #expect(early.isEmpty && reached == ["a"], "ready once the journal is durable through what it staged by then")
+        (failed, again) = reads.learned(nil)
+        #expect(failed == ["b", "c"] && !again)
+        #expect(reads.isEmpty)
+        let asksForD = reads.add("d", now: 100)
+        let expired = reads.takeExpired(now: 100 + ConsistentReads<String>.patienceMilliseconds)
+        let asksForE = reads.add("e", now: 6000)
+        #expect(asksForD && expired == ["d"] && !asksForE, "the read index asked for d is still on its way")
+        (failed, again) = reads.learned(20)
+        #expect(failed.isEmpty && again)
+        let left = reads.takeAll()
+        #expect(left == ["e"])
+    }
+
     @Test func withoutPipeliningAWriteWaitsForTheOneBeforeIt() {
         var order = ForwardingOrder<String>(pipelinesForwarded: false)
         #expect(order.admit("write 1", of: Self.alice, isForwarded: true, bytes: 10, boundBytes: 25) == .now)

@@ -6,8 +6,8 @@ import Foundation
 import Testing
 
 /// Consistent reads (PROTOCOL.md §4.8) where writes are decided (a primary: every read is one)
-/// and at a relay (refused, plainly), through the wire, the Swift client and the CLI. etcd
-/// fronts' consistent reads are in `EtcdConsistencyTests`.
+/// and at relays (of everything, of one prefix), through the wire, the Swift client and the CLI.
+/// etcd fronts' consistent reads are in `EtcdConsistencyTests`.
 @Suite("consistent reads at a primary and a relay", .offThePool)
 struct ConsistentReadTests {
     @Test func aPrimaryAnswersConsistentReadsAtOnceAndItsReadIndexIsItsHead() async throws {
@@ -40,33 +40,47 @@ struct ConsistentReadTests {
         #expect(listed.status == 0 && listed.stdout.split(separator: "\n").count == 3, "\(listed.stderr)")
     }
 
-    @Test func aRelayRefusesAConsistentReadPlainlyAndStillServesPlainOnes() async throws {
+    @Test func aRelaysConsistentReadSeesEveryWriteItsUpstreamAcknowledgedBeforeIt() async throws {
         let directory = try temporaryDirectory()
         let (primary, relay) = try startPrimaryAndRelay(in: directory)
         defer { relay.stop(); primary.stop() }
+        // A relay of one prefix too: the upstream's head is often a revision it does not carry.
+        let partial = try DaemonProcess(runtimeDirectory: directory + "/partial-run", stateDirectory: directory + "/partial-state",
+                                        extraArguments: ["--upstream", "ipc://\(directory)/primary-run/beacon.req", "--upstream-prefix", "r."])
+        defer { partial.stop() }
         let upstream = try WireClient.patient(runtimeDirectory: primary.runtimeDirectory)
-        let revision = try upstream.call(.put(.with { $0.key = "r.k"; $0.value = .with { $0.stringValue = "v" } })).write.revision
         let wire = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
-        eventually("the relay holds the write") { ((try? wire.ping())?.headRevision ?? 0) >= revision }
-        let ping = try wire.call(.ping(.init())).ping
-        #expect(!ping.consistentReads && ping.hasUpstream)
-        for op: Beacon_V1_Request.OneOf_Op in [.get(.with { $0.key = "r.k"; $0.consistent = true }),
-                                              .list(.with { $0.prefix = "r."; $0.consistent = true }),
-                                              .snapshot(.with { $0.prefix = "r."; $0.consistent = true }),
-                                              .ping(.with { $0.sync = true })] {
-            let error = refusal { _ = try wire.call(op) }
-            #expect(error?.code == .invalidArgument && error?.message.contains("consistent") == true, "\(String(describing: error))")
+        let partialWire = try WireClient.patient(runtimeDirectory: partial.runtimeDirectory)
+        eventually("the relay of r. reaches its upstream") { (try? partialWire.ping().upstream.reachable) == true }
+        #expect(try wire.call(.ping(.init())).ping.consistentReads)
+        var stale = 0, plainStale = 0
+        for round in 1...100 {
+            let written = try upstream.call(.put(.with { $0.key = "r.k"; $0.value = .with { $0.intValue = Int64(round) } })).write.revision
+            // Half the rounds end with a write the relay of r. does not carry.
+            if round % 2 == 0 { _ = try upstream.put("other.k", .with { $0.intValue = Int64(round) }) }
+            if try wire.get("r.k", consistent: true).modRevision < written { stale += 1 }
+            if try partialWire.get("r.k", consistent: true).modRevision < written { stale += 1 }
+            if try wire.get("r.k").modRevision < written { plainStale += 1 }
         }
-        #expect(try wire.get("r.k").value.stringValue == "v")
-        // A snapshot at a past revision is the same everywhere: it is served.
-        #expect(try wire.call(.snapshot(.with { $0.prefix = "r."; $0.revision = revision; $0.consistent = true })).snapshot.kvs.count == 1)
+        print("consistent reads at two relays after a write acknowledged upstream: \(stale) stale of 200; plain: \(plainStale) of 100")
+        #expect(stale == 0)
+        let head = try upstream.ping().headRevision
+        let synced = try wire.call(.ping(.with { $0.sync = true })).ping
+        #expect(synced.readRevision >= head && synced.headRevision == synced.readRevision)
+        #expect(try wire.call(.list(.with { $0.prefix = "r."; $0.consistent = true })).list.kvs.count == 1)
+        #expect(try partialWire.call(.snapshot(.with { $0.prefix = "r."; $0.consistent = true })).snapshot.kvs.count == 1)
 
         let client = try TestClient(runtimeDirectory: relay.runtimeDirectory).client
         defer { client.close() }
-        await #expect(throws: BeaconError.self) { _ = try await client.read("r.k", consistency: .linearizable) }
-        #expect(try await client.read("r.k")?.value(as: String.self) == "v")
+        #expect(try await client.read("r.k", consistency: .linearizable)?.value(as: Int.self) == 100)
+        let cli = try await beacon(["get", "--consistent", "r.k"], runtimeDirectory: partial.runtimeDirectory)
+        #expect(cli.status == 0 && cli.stdout == "100\n", "\(cli.stderr)")
 
-        let cli = try await beacon(["get", "--consistent", "r.k"], runtimeDirectory: relay.runtimeDirectory)
-        #expect(cli.status != 0 && cli.stderr.contains("cannot serve a consistent read"), "\(cli.stderr)")
+        // Without its upstream, a relay refuses a consistent read at once and still serves plain ones.
+        primary.stop(signal: SIGKILL)
+        eventually("the relay finds its upstream gone") { (try? wire.ping().upstream.reachable) == false }
+        let error = refusal { _ = try wire.get("r.k", consistent: true) }
+        #expect(error?.code == .upstreamUnavailable, "\(String(describing: error))")
+        #expect(try wire.get("r.k").value.intValue == 100)
     }
 }

@@ -72,16 +72,10 @@ final class EtcdFront: WriteAuthority {
     private var order = ForwardingOrder<WaitingRequest>(pipelinesForwarded: false)
     private var fences = WriteFences()
     private var awaitingJournal = MirrorWaiters<Applied>()
+    /// Consistent reads, and how far the journal holds what the watch reported (etcd revisions).
     private var reads = ConsistentReads<WaitingRequest>()
     /// The token of the read index being learned.
     private var readIndexToken: UInt64?
-    /// Consistent reads whose read index the journal holds, to hand back at the end of the pass.
-    private var readsReached: [(read: WaitingRequest, readIndex: UInt64)] = []
-    /// The etcd revision through which the journal holds everything the watch reported.
-    private var journaledThrough: UInt64 = 0
-    /// What the watch reported it went through, with the journal head it staged for it: held
-    /// once the journal is durable through that head.
-    private var followedThrough: [(stagedHead: UInt64, through: UInt64)] = []
     /// Keys with a time to live, by expiry. Keyed by wall-clock milliseconds, not monotonic ones:
     /// `expires_at_ms` is the same at every front, and any of them may expire the key.
     private var expiries = TimerQueue<Expiry>()
@@ -161,7 +155,7 @@ final class EtcdFront: WriteAuthority {
                     lastHeardMilliseconds = host.writes.clock.wallMilliseconds()
                 }
             case .followed(let through):
-                followedThrough.append((host.writes.headRevision, through))
+                reads.followed(through: through, stagedHead: host.writes.headRevision)
             case .readIndex(let token, let result):
                 learnedReadIndex(token: token, result, host: host)
             }
@@ -178,9 +172,7 @@ final class EtcdFront: WriteAuthority {
             refuseRead(read, Refusal(.upstreamUnavailable, "this front's copy did not reach etcd's revision within "
                 + "\(ConsistentReads<WaitingRequest>.patienceMilliseconds) ms: retry, or read without consistent"), host: host)
         }
-        let reached = readsReached
-        readsReached = []
-        for (read, readIndex) in reached {
+        for (read, readIndex) in reads.takeReady() {
             order.answered(for: read.route.connection)
             var context = read.context
             context.readIndex = readIndex
@@ -211,7 +203,7 @@ final class EtcdFront: WriteAuthority {
             let now = clock.now().milliseconds
             timeout = min(timeout ?? .max, deadline > now ? Int(deadline - now) : 0)
         }
-        if !readsReached.isEmpty { timeout = 0 }
+        if reads.hasReady { timeout = 0 }
         return timeout
     }
 
@@ -227,11 +219,10 @@ final class EtcdFront: WriteAuthority {
 
     /// Answers every write still waiting (it may have been applied), then the requests behind them.
     func shutDown(host: some AuthorityHost) {
-        while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue || !reads.isEmpty || !readsReached.isEmpty {
-            for read in reads.takeAll() + readsReached.map(\.read) {
+        while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue || !reads.isEmpty {
+            for read in reads.takeAll() {
                 refuseRead(read, Refusal(.upstreamUnavailable, "the front stopped before it could answer a consistent read: retry"), host: host)
             }
-            readsReached = []
             for token in sent.keys.sorted() {
                 if case .keepAlive = sent[token]?.work {
                     answerKeepAlive(token: token, .failure(.etcd(EtcdError(.closed, "the front stopped"))), host: host)
@@ -267,8 +258,7 @@ final class EtcdFront: WriteAuthority {
         }
         writes.forgetWriteIDs()
         scheduleExpiries(of: writes.store)
-        followedThrough = []
-        journaledThrough = max(journaledThrough, revision)
+        reads.journalReplaced(at: revision)
         logger.notice("the front took the cluster's state", metadata: [
             "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
         host.historyReplaced(at: revision)
@@ -279,11 +269,7 @@ final class EtcdFront: WriteAuthority {
     /// whose read index it now holds are handed back.
     private func journalAdvanced(host: some AuthorityHost) {
         let writes = host.writes
-        while let first = followedThrough.first, first.stagedHead <= writes.durableRevision {
-            journaledThrough = max(journaledThrough, first.through)
-            followedThrough.removeFirst()
-        }
-        readsReached += reads.takeReached(through: journaledThrough)
+        reads.journalDurable(through: writes.durableRevision)
         for var entry in awaitingJournal.takeShown(journalEpoch: writes.epoch, upstreamEpoch: writes.epoch,
                                                    durableRevision: writes.durableRevision) {
             if let revision = entry.replayedRevision {

@@ -30,6 +30,9 @@ struct ForwardingOrder<Request> {
 
     /// Per connection, forwarded requests not yet answered.
     private(set) var unanswered: [RoutingID: Int] = [:]
+    /// Per connection, how many of those no forwarded request may pipeline behind (a consistent
+    /// read learning its read index: a write sent after it must not be forwarded ahead of it).
+    private var barriers: [RoutingID: Int] = [:]
     private var waiting: [RoutingID: (requests: [Waiting], bytes: Int)] = [:]
     /// Connections whose forwarded requests were all answered, with requests waiting.
     private var due: Set<RoutingID> = []
@@ -53,7 +56,7 @@ struct ForwardingOrder<Request> {
         let inFlight = unanswered[connection] ?? 0
         let queued = !handedBack && waiting[connection] != nil
         guard inFlight > 0 || queued else { return .now }
-        if !queued && isForwarded && pipelinesForwarded { return .now }  // writes pipeline behind writes
+        if !queued && isForwarded && pipelinesForwarded && barriers[connection] == nil { return .now }  // writes pipeline behind writes
         let size = bytes()
         let held = (waiting[connection]?.bytes ?? 0) + size
         guard held <= boundBytes else {
@@ -65,13 +68,18 @@ struct ForwardingOrder<Request> {
         return .waits
     }
 
-    /// A request of `connection` was forwarded.
-    mutating func forwarded(by connection: RoutingID) {
+    /// A request of `connection` was forwarded (`barrier`: nothing forwarded pipelines behind it).
+    mutating func forwarded(by connection: RoutingID, barrier: Bool = false) {
         unanswered[connection, default: 0] += 1
+        if barrier { barriers[connection, default: 0] += 1 }
     }
 
     /// A forwarded request of `connection` was answered (and, for a write, shown here).
-    mutating func answered(for connection: RoutingID) {
+    mutating func answered(for connection: RoutingID, barrier: Bool = false) {
+        if barrier {
+            barriers[connection, default: 1] -= 1
+            if barriers[connection] == 0 { barriers[connection] = nil }
+        }
         guard let left = unanswered[connection] else { return }
         if left > 1 {
             unanswered[connection] = left - 1
@@ -92,7 +100,7 @@ struct ForwardingOrder<Request> {
             }
             let connection = handingBack!
             guard let next = waiting[connection]?.requests.first,
-                  (next.isForwarded && pipelinesForwarded) || (unanswered[connection] ?? 0) == 0 else {
+                  (next.isForwarded && pipelinesForwarded && barriers[connection] == nil) || (unanswered[connection] ?? 0) == 0 else {
                 handingBack = nil
                 continue
             }

@@ -9,7 +9,12 @@ import Logging
 /// (revisions and snapshots from its ``UpstreamLink``), forwards its clients' writes and
 /// `KeepAlive`s there, and answers a forwarded write once its own journal shows it — so that a
 /// client of the relay reads its writes — keeping each connection's later requests behind its
-/// forwarded ones (``ForwardingOrder``). Loop thread only.
+/// forwarded ones (``ForwardingOrder``).
+///
+/// A consistent read learns its read index from the upstream (a `Ping` with `sync`, which the
+/// upstream answers once it holds every write acknowledged anywhere before it) and is answered
+/// once the relay's journal holds everything it carries through that revision
+/// (``ConsistentReads``). Loop thread only.
 final class Relay: WriteAuthority {
     /// A request that waits behind its connection's forwarded ones.
     struct WaitingRequest {
@@ -48,8 +53,14 @@ final class Relay: WriteAuthority {
     private var fences = WriteFences()
     private var awaitingMirror = MirrorWaiters<Answered>()
     private(set) var writesForwarded: UInt64 = 0
-    /// Consistent reads are refused: a relay does not learn which writes its upstream acknowledged.
-    var servesConsistentReads: Bool { false }
+    var servesConsistentReads: Bool { true }
+    /// Consistent reads, and how far the journal holds what this relay carries (upstream revisions).
+    private var reads = ConsistentReads<WaitingRequest>()
+    /// The token of the read index being learned.
+    private var readIndexToken: UInt64?
+    /// What the link last reported complete (``UpstreamLink/completeThrough``).
+    private var lastCompleteThrough: UInt64 = 0
+    private let clock: any DaemonClock
 
     /// Opens the link to `settings`' upstream, resuming from what `writes`' journal holds of it
     /// (the link finds out with its first delta whether it is the same), or taking it anew.
@@ -62,6 +73,7 @@ final class Relay: WriteAuthority {
         }
         do {
             ids = try ForwardedIDs(keyFile: idKeyPath)
+            clock = writes.clock
         } catch {
             throw DaemonError(.startup, "cannot keep the relay's write id key at \(idKeyPath): \(error)")
         }
@@ -97,7 +109,14 @@ final class Relay: WriteAuthority {
 
     var socketGeneration: Int { link.requests.socketChanges }
 
-    var pollTimeoutMilliseconds: Int? { link.timeoutMilliseconds }
+    var pollTimeoutMilliseconds: Int? {
+        var timeout = link.timeoutMilliseconds
+        if let deadline = reads.nextDeadline {
+            let now = clock.now().milliseconds
+            timeout = min(timeout, deadline > now ? Int(deadline - now) : 0)
+        }
+        return reads.hasReady ? 0 : timeout
+    }
 
     /// Does what the link's sockets and deadlines call for, and takes what it reported:
     /// mirrored revisions and snapshots, answers, status.
@@ -112,6 +131,8 @@ final class Relay: WriteAuthority {
                 staged = stageMirrored(epoch: epoch, revisions, host: host) || staged
             case .reset(let epoch, let revision, let steps):
                 replaceWithUpstream(epoch: epoch, revision: revision, steps: steps, host: host)
+            case .answered(let token, let reply) where token == readIndexToken:
+                learnedReadIndex(reply, host: host)
             case .answered(let token, let reply):
                 answerForwarded(token: token, reply, host: host)
             case .status(let status):
@@ -120,11 +141,27 @@ final class Relay: WriteAuthority {
             }
         }
         if staged { host.writes.submitStagedIfIdle() }
+        let complete = link.completeThrough
+        if complete > lastCompleteThrough {
+            lastCompleteThrough = complete
+            reads.followed(through: complete, stagedHead: host.writes.headRevision)
+            mirrorAdvanced(host: host)
+        }
     }
 
     /// Hands back, in order, the requests of the connections whose forwarded requests were all
     /// answered, until one of them must wait again.
     func finishPass(host: some AuthorityHost) {
+        for read in reads.takeExpired(now: host.writes.clock.now().milliseconds) {
+            refuseRead(read, Refusal(.upstreamUnavailable, "this relay's copy did not reach its upstream's revision within "
+                + "\(ConsistentReads<WaitingRequest>.patienceMilliseconds) ms: retry, or read without consistent"), host: host)
+        }
+        for (read, readIndex) in reads.takeReady() {
+            order.answered(for: read.route.connection, barrier: true)
+            var context = read.context
+            context.readIndex = readIndex
+            host.handle(read.request, route: read.route, inBatch: read.inBatch, replaying: true, context: context)
+        }
         while let next = order.nextToHandBack() {
             host.handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true, context: next.context)
         }
@@ -140,7 +177,10 @@ final class Relay: WriteAuthority {
     /// Answers every forwarded request still waiting, and then the requests that waited behind
     /// them (which may forward more: answered the same way); closes the link.
     func shutDown(host: some AuthorityHost) {
-        while !forwarded.isEmpty || !awaitingMirror.isEmpty || order.hasDue {
+        while !forwarded.isEmpty || !awaitingMirror.isEmpty || order.hasDue || !reads.isEmpty {
+            for read in reads.takeAll() {
+                refuseRead(read, Refusal(.upstreamUnavailable, "the relay stopped before it could answer a consistent read: retry"), host: host)
+            }
             for token in forwarded.keys.sorted() { answerForwarded(token: token, nil, host: host) }
             for (entry, revision) in awaitingMirror.takeAll() {
                 var answer = Beacon_V1_Reply()
@@ -241,6 +281,8 @@ final class Relay: WriteAuthority {
             return
         }
         writes.forgetWriteIDs()
+        reads.journalReplaced(at: revision)
+        lastCompleteThrough = 0
         host.logger.notice("the relay took the upstream's state", metadata: [
             "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
         host.historyReplaced(at: revision)
@@ -250,6 +292,7 @@ final class Relay: WriteAuthority {
     /// The relay's journal advanced, or the upstream's epoch changed: acknowledged writes it now
     /// shows are answered.
     private func mirrorAdvanced(host: some AuthorityHost) {
+        reads.journalDurable(through: host.writes.durableRevision)
         let shown = awaitingMirror.takeShown(journalEpoch: host.writes.epoch, upstreamEpoch: link.upstreamEpoch,
                                              durableRevision: host.writes.durableRevision)
         for entry in shown {
@@ -268,10 +311,8 @@ final class Relay: WriteAuthority {
                            bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
                            boundBytes: host.perConnectionBytes, handedBack: replaying) {
         case .now:
-            guard request.asksForConsistentRead else { return false }
-            host.refuse(request.id, Refusal(.invalidArgument, "a relay does not serve consistent reads: read without consistent "
-                + "(this relay's copy, with read-your-writes), or read at its upstream, \(link.endpoint.request)"),
-                route: route, dependsOnStaged: false)
+            guard context.readIndex == nil && request.asksForConsistentRead else { return false }
+            startConsistentRead(waiting, host: host)
             return true
         case .waits:
             return true
@@ -280,6 +321,59 @@ final class Relay: WriteAuthority {
                                  reason: "requests waiting behind its forwarded writes passed reply_buffer_bytes (\(host.perConnectionBytes))")
             return true
         }
+    }
+
+    // MARK: Consistent reads
+
+    /// Asks the upstream for `read`'s read index (shared with the reads that arrive while it is
+    /// asked for); the read keeps its connection's place, and nothing the connection sends after
+    /// it is forwarded ahead of it, until it is answered.
+    private func startConsistentRead(_ read: WaitingRequest, host: some AuthorityHost) {
+        guard status.reachable else {
+            return host.refuse(read.request.id, Refusal(.upstreamUnavailable, "this relay cannot reach its upstream, \(link.endpoint.request), "
+                + "so it cannot tell which writes were acknowledged there: retry, or read without consistent"),
+                route: read.route, dependsOnStaged: false)
+        }
+        order.forwarded(by: read.route.connection, barrier: true)
+        if reads.add(read, now: host.writes.clock.now().milliseconds) { askReadIndex(host: host) }
+    }
+
+    private func askReadIndex(host: some AuthorityHost) {
+        let token = nextToken
+        nextToken += 1
+        readIndexToken = token
+        if !link.forward(token: token, .ping(.with { $0.sync = true })) { learnedReadIndex(nil, host: host) }
+    }
+
+    /// The upstream's answer to the read index asked for: its `read_revision` (its head, from a
+    /// primary that predates consistent reads: a primary's reads all are).
+    private func learnedReadIndex(_ reply: Beacon_V1_Reply?, host: some AuthorityHost) {
+        readIndexToken = nil
+        var refusal: Refusal?
+        var readIndex: UInt64?
+        switch reply?.result {
+        case .ping(let ping) where ping.consistentReads:
+            readIndex = ping.readRevision
+        case .ping(let ping) where !ping.hasUpstream:
+            readIndex = ping.headRevision
+        case .ping(let ping):
+            refusal = Refusal(.invalidArgument, "this relay's upstream, beacond \(ping.daemonVersion) at \(link.endpoint.request), mirrors "
+                + "another daemon and cannot serve a consistent read: read without consistent")
+        case .error(let error):
+            refusal = Refusal(.upstreamUnavailable, "the upstream did not give a read index (\(error.code): \(error.message)): retry")
+        default:
+            refusal = Refusal(.upstreamUnavailable, "no read index from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: retry")
+        }
+        let (failed, askAgain) = reads.learned(readIndex)
+        for read in failed { refuseRead(read, refusal!, host: host) }
+        if askAgain { askReadIndex(host: host) }
+        mirrorAdvanced(host: host)
+    }
+
+    /// Answers a consistent read with `refusal`; its connection's later requests go on.
+    private func refuseRead(_ read: WaitingRequest, _ refusal: Refusal, host: some AuthorityHost) {
+        host.refuse(read.request.id, refusal, route: read.route, dependsOnStaged: false)
+        order.answered(for: read.route.connection, barrier: true)
     }
 
     private static func isForwarded(_ request: Beacon_V1_Request) -> Bool {

@@ -196,6 +196,10 @@ final class UpstreamLink {
         lastHeardWall = UInt64(Date().timeIntervalSince1970 * 1000)
     }
 
+    /// Every upstream change this relay carries at or below this revision has been reported
+    /// (``FollowerCore/completeThrough``).
+    var completeThrough: UInt64 { core.completeThrough }
+
     /// Sends `op` to the upstream; its answer comes back from ``service(into:)`` as
     /// `.answered(token:_:)`. Returns false when it cannot even be queued.
     func forward(token: UInt64, _ op: Beacon_V1_Request.OneOf_Op) -> Bool {

@@ -9,6 +9,11 @@ import BeaconProtocol
 /// before a read arrived does not cover the writes acknowledged in between, so reads that arrive
 /// while one is being learned share the next; at most one is asked for at a time.
 ///
+/// What the copy holds is told as the follower learns it: ``followed(through:stagedHead:)`` (the
+/// follower reported every change through a revision, with the journal head staged by then) and
+/// ``journalDurable(through:)``; the reads whose read index the durable journal holds are then
+/// ready (``takeReady()``).
+///
 /// A value: no sockets, no clock. Its owner asks for the read index, tells it what arrived, and
 /// answers the reads it hands out.
 struct ConsistentReads<Read> {
@@ -24,12 +29,21 @@ struct ConsistentReads<Read> {
     private var queued: [Waiting] = []
     /// Reads whose read index is known, waiting for the copy to hold it.
     private var awaiting: [(revision: UInt64, waiting: Waiting)] = []
+    /// Reads whose read index the durable journal holds, to be answered.
+    private var ready: [(read: Read, readIndex: UInt64)] = []
+    /// The revision through which the durable journal holds everything the follower reported.
+    private(set) var journaledThrough: UInt64 = 0
+    /// What the follower reported it went through, with the journal head staged by then.
+    private var followed: [(stagedHead: UInt64, through: UInt64)] = []
 
     /// How long a consistent read may wait for its read index and the copy, in milliseconds.
     static var patienceMilliseconds: UInt64 { 5_000 }
 
-    /// Whether any read waits.
-    var isEmpty: Bool { asked == nil && queued.isEmpty && awaiting.isEmpty }
+    /// Whether any read waits or is ready.
+    var isEmpty: Bool { asked == nil && queued.isEmpty && awaiting.isEmpty && ready.isEmpty }
+
+    /// Whether reads are ready to be answered.
+    var hasReady: Bool { !ready.isEmpty }
 
     /// Takes a read that arrived at `now`.
     /// - Returns: whether a read index is to be asked for now (none is being learned).
@@ -61,13 +75,36 @@ struct ConsistentReads<Read> {
         return (failed, true)
     }
 
-    /// The reads whose read index the copy holds, now that it holds every revision through
-    /// `revision`; each with its read index.
-    mutating func takeReached(through revision: UInt64) -> [(read: Read, readIndex: UInt64)] {
-        guard awaiting.contains(where: { $0.revision <= revision }) else { return [] }
-        let reached = awaiting.filter { $0.revision <= revision }
-        awaiting.removeAll { $0.revision <= revision }
-        return reached.map { ($0.waiting.read, $0.revision) }
+    /// The follower reported every change through `revision`; the journal head it had staged
+    /// by then was `stagedHead`.
+    mutating func followed(through revision: UInt64, stagedHead: UInt64) {
+        followed.append((stagedHead, revision))
+    }
+
+    /// The journal holds every revision through `revision` durably: what was followed through
+    /// by then is held, and the reads whose read index that covers are ready.
+    mutating func journalDurable(through revision: UInt64) {
+        while let first = followed.first, first.stagedHead <= revision {
+            journaledThrough = max(journaledThrough, first.through)
+            followed.removeFirst()
+        }
+        guard awaiting.contains(where: { $0.revision <= journaledThrough }) else { return }
+        ready += awaiting.filter { $0.revision <= journaledThrough }.map { ($0.waiting.read, $0.revision) }
+        awaiting.removeAll { $0.revision <= journaledThrough }
+    }
+
+    /// The journal was replaced by a state at `revision` (maybe of another epoch, numbered anew):
+    /// it holds everything through it, and what was followed before counts no more.
+    mutating func journalReplaced(at revision: UInt64) {
+        followed = []
+        journaledThrough = revision
+        journalDurable(through: revision)
+    }
+
+    /// The reads ready to be answered, each with its read index.
+    mutating func takeReady() -> [(read: Read, readIndex: UInt64)] {
+        defer { ready = [] }
+        return ready
     }
 
     /// The reads still waiting at their deadline; the read index being learned stays asked for.
@@ -99,7 +136,7 @@ struct ConsistentReads<Read> {
             queued = []
             awaiting = []
         }
-        return (asked ?? []).map(\.read) + queued.map(\.read) + awaiting.map(\.waiting.read)
+        return (asked ?? []).map(\.read) + queued.map(\.read) + awaiting.map(\.waiting.read) + takeReady().map(\.read)
     }
 }
 

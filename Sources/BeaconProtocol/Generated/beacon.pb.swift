@@ -628,7 +628,7 @@ public nonisolated struct Beacon_V1_Request: Sendable {
 
 /// `sync` asks for a read index: the reply waits until this daemon holds every write acknowledged
 /// anywhere (at any front of its etcd cluster, at its relay's upstream) before the Ping, and names
-/// that revision in `PingReply.read_revision` (PROTOCOL.md §4.8).
+/// its head then in `PingReply.read_revision` (PROTOCOL.md §4.8).
 public nonisolated struct Beacon_V1_Ping: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
