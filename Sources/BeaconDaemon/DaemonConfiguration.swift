@@ -95,13 +95,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
 
         /// The publish endpoint to connect to.
         public var resolvedPublishEndpoint: String? {
-            if let publishEndpoint { return publishEndpoint }
-            if requestEndpoint.hasPrefix("ipc://"), requestEndpoint.hasSuffix("/" + WireEndpoint.requestSocketName) {
-                return String(requestEndpoint.dropLast(WireEndpoint.requestSocketName.count)) + WireEndpoint.publishSocketName
-            }
-            guard requestEndpoint.hasPrefix("tcp://"), let colon = requestEndpoint.lastIndex(of: ":"),
-                  let port = UInt16(requestEndpoint[requestEndpoint.index(after: colon)...]), port < .max else { return nil }
-            return requestEndpoint[..<colon] + ":\(port + 1)"
+            publishEndpoint ?? WireEndpoint.publish(impliedBy: requestEndpoint)
         }
 
         mutating func validate() throws(PolicyError) {

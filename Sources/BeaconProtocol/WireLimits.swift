@@ -107,6 +107,18 @@ public enum WireEndpoint {
         return user
     }
 
+    /// The publish endpoint a request endpoint implies: `beacon.pub` beside an ipc `beacon.req`,
+    /// the next port for tcp (as the daemon's defaults and a relay's `upstream_publish` go); nil
+    /// for any other.
+    public static func publish(impliedBy request: String) -> String? {
+        if request.hasPrefix("ipc://"), request.hasSuffix("/" + requestSocketName) {
+            return String(request.dropLast(requestSocketName.count)) + publishSocketName
+        }
+        guard request.hasPrefix("tcp://"), let colon = request.lastIndex(of: ":"),
+              let port = UInt16(request[request.index(after: colon)...]), port > 0, port < .max else { return nil }
+        return request[..<colon] + ":\(port + 1)"
+    }
+
     /// What is wrong with `endpoint` as the address of a daemon's socket, or `nil`: it must be
     /// `ipc://PATH` or `tcp://HOST:PORT` (a port from 1 to 65535).
     public static func problem(endpoint: String) -> String? {

@@ -60,7 +60,7 @@ public final class WireClient {
 
     /// The daemon's request endpoint.
     public let requestEndpoint: String
-    /// The daemon's publish endpoint.
+    /// The daemon's publish endpoint; empty when unknown (subscribing then fails, saying so).
     public let publishEndpoint: String
     /// How long a request waits for its reply when the call names no timeout.
     public let requestTimeoutMilliseconds: Int
@@ -344,6 +344,10 @@ public final class WireClient {
 
     private func subscriberSocket(receiveHighWaterMark: Int32) throws(WireError) -> ZMQSocket {
         if let subscriber { return subscriber }
+        guard !publishEndpoint.isEmpty else {
+            throw WireError(kind: .transport, message: "no publish endpoint to subscribe to: \(requestEndpoint) implies none "
+                + "(give --pub-endpoint, or $BEACON_PUB_ENDPOINT)")
+        }
         do {
             let socket = try ZMQSocket(context, type: .sub, linger: 0)
             try socket.setReceiveHighWaterMark(receiveHighWaterMark)

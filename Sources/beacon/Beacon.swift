@@ -64,7 +64,7 @@ struct Connection: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Request endpoint, e.g. tcp://127.0.0.1:7401 (overrides --runtime-dir).", valueName: "endpoint"))
     var endpoint: String?
 
-    @Option(name: .long, help: ArgumentHelp("Publish endpoint, e.g. tcp://127.0.0.1:7402 (with --endpoint).", valueName: "endpoint"))
+    @Option(name: .long, help: ArgumentHelp("Publish endpoint, e.g. tcp://127.0.0.1:7402 (with --endpoint; default: the one it implies, beacon.pub beside an ipc beacon.req or the next tcp port).", valueName: "endpoint"))
     var pubEndpoint: String?
 
     // Unconditional: `--timeout -5` is a bad value, not a missing one.
@@ -148,8 +148,8 @@ struct Connection: ParsableArguments {
     /// for each connection. A daemon absent now is an error to retry, not a reason to exit.
     func writerClient() throws(WireError) -> WireClient {
         let environment = ProcessInfo.processInfo.environment
-        if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
-            return try WireClient(requestEndpoint: endpoint, publishEndpoint: pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint,
+        if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"].nonEmpty {
+            return try WireClient(requestEndpoint: endpoint, publishEndpoint: publishEndpoint(for: endpoint, environment: environment),
                                   curve: curveCredentials(), requestTimeoutMilliseconds: 1000, reconnects: false)
         }
         return try WireClient(requestEndpoint: WireEndpoint.request(inRuntimeDirectory: runtimeDirectory),
@@ -157,12 +157,18 @@ struct Connection: ParsableArguments {
                               requestTimeoutMilliseconds: 1000, reconnects: false)
     }
 
+    /// `--pub-endpoint`, else `$BEACON_PUB_ENDPOINT` (set and not empty), else the one `endpoint` implies
+    /// (`WireEndpoint.publish(impliedBy:)`); empty when none: a command that subscribes then says so.
+    private func publishEndpoint(for endpoint: String, environment: [String: String]) -> String {
+        pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"].nonEmpty ?? WireEndpoint.publish(impliedBy: endpoint) ?? ""
+    }
+
     private func makeClient() throws -> WireClient {
         let environment = ProcessInfo.processInfo.environment
         do {
-            if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"] {
-                let publishEndpoint = pubEndpoint ?? environment["BEACON_PUB_ENDPOINT"] ?? endpoint
-                for candidate in [endpoint, publishEndpoint] {
+            if let endpoint = endpoint ?? environment["BEACON_ENDPOINT"].nonEmpty {
+                let publishEndpoint = publishEndpoint(for: endpoint, environment: environment)
+                for candidate in [endpoint, publishEndpoint] where !candidate.isEmpty {
                     if let problem = WireEndpoint.problem(endpoint: candidate) { die("beacon: \(problem)", code: ExitCode32.usage) }
                 }
                 return try WireClient(requestEndpoint: endpoint, publishEndpoint: publishEndpoint, curve: curveCredentials())
@@ -245,8 +251,8 @@ struct Connection: ParsableArguments {
         }
     }
 
-    /// Exits unless the daemon serves consistent reads: one that mirrors another (a relay, or a
-    /// front built before them) would answer from its copy alone. A plain daemon's reads all are.
+    /// Exits unless the daemon serves consistent reads: a relay or front built before them would
+    /// answer from its copy alone. A plain daemon's reads all are consistent.
     func requireConsistentReads() {
         let reply = run { (client) throws(WireError) in try client.call(.ping(.init()), timeoutMilliseconds: timeout) }
         guard case .ping(let ping) = reply.result, !ping.consistentReads, ping.hasUpstream else { return }
@@ -563,7 +569,7 @@ extension Beacon {
         @Flag(name: .long, help: "Print every key under each argument.") var prefix = false
         @Flag(name: .long, help: "Print values alone, one per line, also for several keys.") var printValueOnly = false
         @Flag(name: .long, help: ArgumentHelp("See every write acknowledged anywhere before the read, at every etcd front too (a front asks etcd first).",
-                                              discussion: "A relay refuses it; a plain daemon's reads are all consistent."))
+                                              discussion: "A front asks etcd first, a relay its upstream; a plain daemon's reads are all consistent."))
         var consistent = false
         func validate() throws {
             if keys.isEmpty { throw ValidationError("give at least one key") }
@@ -1111,4 +1117,9 @@ extension Beacon {
             connection.print(object, text: object.keys.sorted().map { "\($0): \(object[$0]!)" }.joined(separator: "\n"))
         }
     }
+}
+
+extension Optional<String> {
+    /// The string, unless it is empty: an environment variable set to nothing counts as unset.
+    fileprivate var nonEmpty: String? { self.flatMap { $0.isEmpty ? nil : $0 } }
 }

@@ -491,6 +491,35 @@ struct CLITests {
         #expect(after.filter { $0["op"] as? String == "delete" }.compactMap { $0["key"] as? String }.sorted() == ["w.a", "w.b"])
         #expect(after.contains { $0["op"] as? String == "put" && $0["key"] as? String == "w.keep" })
     }
+    @Test func withOnlyBeaconEndpointSetAWatchSeesLiveChangesThroughThePublishEndpointItImplies() async throws {
+        let dir = try temporaryDirectory()
+        let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")
+        defer { daemon.stop() }
+        let environment = ["BEACON_ENDPOINT": "ipc://\(daemon.runtimeDirectory)/beacon.req", "BEACON_RUNTIME_DIR": "", "BEACON_PUB_ENDPOINT": ""]
+        let finished = Locked(false)
+        let watcher = Task(executorPreference: ThreadPerJobExecutor.shared) {
+            defer { finished.withLock { $0 = true } }
+            return try await beacon(["watch", "e.", "--json", "--count", "3"], runtimeDirectory: nil, environment: environment,
+                                    limitSeconds: 60)
+        }
+        // Written until the watch has seen three (the current value, if any, and live changes).
+        let wire = try WireClient.patient(runtimeDirectory: daemon.runtimeDirectory)
+        var written = 0
+        #expect(waitUntil(seconds: 60) {
+            written += 1
+            _ = try? wire.put("e.k", .with { $0.intValue = Int64(written) })
+            return finished.withLock { $0 }
+        })
+        let watched = try await watcher.value
+        // The current value (when the watch's snapshot came after a write), then three live changes.
+        let changes = try (0..<watched.lines.count).map { try watched.json($0) }.filter { $0["part"] != nil }
+        #expect(watched.status == 0 && changes.count == 3, "\(watched.stdout) \(watched.stderr)")
+        // An endpoint that implies no publish endpoint: subscribing says so instead of hearing nothing.
+        let odd = try await beacon(["watch", "e."], runtimeDirectory: nil,
+                                   environment: ["BEACON_ENDPOINT": "ipc://\(dir)/odd.sock", "BEACON_PUB_ENDPOINT": ""], limitSeconds: 60)
+        #expect(odd.status != 0 && odd.stderr.contains("--pub-endpoint"), "\(odd.stderr)")
+    }
+
     @Test func connectionOptionsGoAnywhereAndAMissingDaemonFailsAtOnce() async throws {
         let dir = try temporaryDirectory()
         let daemon = try DaemonProcess(runtimeDirectory: dir + "/run", stateDirectory: dir + "/state")

@@ -264,9 +264,8 @@ class Client:
                         reply.heartbeat_interval_ms, reply.daemon_version, reply.bundles)
 
     def _require_consistent_reads(self):
-        """Raises :class:`Refused` (``INVALID_ARGUMENT``, as a relay answers) when the daemon mirrors another (a relay, or
-        a front that predates consistent reads) and does not serve them; a plain daemon's reads
-        all are."""
+        """Raises :class:`Refused` (``INVALID_ARGUMENT``) when the daemon mirrors another (a relay
+        or a front) and predates consistent reads; a plain daemon's reads all are consistent."""
         reply = self.call(ping=pb.Ping()).ping
         if not reply.consistent_reads and reply.HasField("upstream"):
             raise Refused(pb.Error(code=pb.Error.INVALID_ARGUMENT, message=(

@@ -107,15 +107,29 @@ def load_curve(server_key, key_file):
     return Curve(server_key=server_key, public_key=keys["public"], secret_key=keys["secret"])
 
 
+def implied_publish_endpoint(request):
+    """The publish endpoint a request endpoint implies, as a relay's ``upstream_publish`` defaults:
+    ``beacon.pub`` beside an ipc ``beacon.req``, the next port for tcp; None for any other."""
+    suffix = "/" + REQUEST_SOCKET
+    if request.startswith("ipc://") and request.endswith(suffix):
+        return request[: -len(REQUEST_SOCKET)] + PUBLISH_SOCKET
+    match = re.fullmatch(r"(tcp://.+):(\d+)", request)
+    if match and int(match.group(2)) < 65535:
+        return f"{match.group(1)}:{int(match.group(2)) + 1}"
+    return None
+
+
 def resolve(runtime_dir=None, endpoint=None, pub_endpoint=None, server_key=None, key_file=None, environ=os.environ):
     """The endpoints to use: ``endpoint`` (or ``$BEACON_ENDPOINT``) with ``pub_endpoint`` (or
-    ``$BEACON_PUB_ENDPOINT``); else the ipc sockets of ``runtime_dir`` (or the runtime directory
-    the command line tool would use). CURVE from ``server_key``/``key_file`` or
-    ``$BEACON_SERVER_KEY``/``$BEACON_KEY_FILE``."""
+    ``$BEACON_PUB_ENDPOINT``, else the one ``endpoint`` implies: :func:`implied_publish_endpoint`;
+    None when it implies none, and a mirror then refuses to start); else the ipc sockets of
+    ``runtime_dir`` (or the runtime directory the command line tool would use). CURVE from
+    ``server_key``/``key_file`` or ``$BEACON_SERVER_KEY``/``$BEACON_KEY_FILE``."""
     curve = load_curve(server_key or environ.get("BEACON_SERVER_KEY"), key_file or environ.get("BEACON_KEY_FILE"))
     endpoint = endpoint or (None if runtime_dir else environ.get("BEACON_ENDPOINT"))
     if endpoint:
-        publish = pub_endpoint or environ.get("BEACON_PUB_ENDPOINT") or endpoint
-        return Endpoints(check_endpoint(endpoint), check_endpoint(publish), curve)
+        check_endpoint(endpoint)
+        publish = pub_endpoint or environ.get("BEACON_PUB_ENDPOINT") or implied_publish_endpoint(endpoint)
+        return Endpoints(endpoint, check_endpoint(publish) if publish else None, curve)
     directory = runtime_dir or client_runtime_dir(environ)
     return Endpoints(f"ipc://{directory}/{REQUEST_SOCKET}", f"ipc://{directory}/{PUBLISH_SOCKET}", curve)

@@ -11,7 +11,7 @@ import zmq
 from . import beacon_pb2 as pb
 from .cache import MirrorCache
 from .client import Client, Entry, Event, Resync
-from .errors import BeaconError, Refused, Unavailable
+from .errors import BeaconError, ConfigurationError, Refused, Unavailable
 from .follower import PrefixFollower
 from .values import from_wire
 
@@ -68,6 +68,9 @@ class Mirror:
                  every_revision=False, start=True):
         if isinstance(prefixes, str):
             prefixes = [prefixes]
+        if client.endpoints.publish is None:
+            raise ConfigurationError(f"a mirror needs the daemon's publish endpoint, which {client.endpoints.request} does not imply: "
+                                     "give pub_endpoint= (or $BEACON_PUB_ENDPOINT)")
         self._prefixes = list(dict.fromkeys(prefixes))
         self._requests = Client(context=client._context, endpoint=client.endpoints.request,
                                 pub_endpoint=client.endpoints.publish, timeout=client.timeout,
@@ -88,6 +91,8 @@ class Mirror:
         self._revision = 0
         self._epoch = None
         self._status = CONNECTING
+        # Whether the state has been the daemon's own (live) since start: a cache's copy is not.
+        self._synced = False
         self._last_heard = time.monotonic()
         self._heartbeat_interval = 1.0
         self._deliveries = queue.SimpleQueue()
@@ -154,13 +159,15 @@ class Mirror:
             return self._revision, dict(self._state)
 
     def wait_until(self, revision, timeout=10.0):
-        """Waits until the mirror is complete through `revision` (a write's, to read it back);
-        False if `timeout` seconds passed first."""
-        return self._wait(lambda: self._revision >= revision, timeout)
+        """Waits until the mirror is in sync with the daemon and complete through `revision` (a
+        write's, to read it back); False if `timeout` seconds passed first."""
+        return self._wait(lambda: self._synced and self._revision >= revision, timeout)
 
     def wait_synced(self, timeout=10.0):
-        """Waits for the first state; False if `timeout` seconds passed first."""
-        return self._wait(lambda: self._status != CONNECTING, timeout)
+        """Waits until the mirror's state is the daemon's: its first snapshot, or a cache's copy
+        brought up to date (or replaced, if it came from another journal); False if `timeout`
+        seconds passed first."""
+        return self._wait(lambda: self._synced, timeout)
 
     def _wait(self, condition, timeout):
         """Waits, holding the lock between checks, until `condition()`; raises what stopped the mirror."""
@@ -411,6 +418,10 @@ class Mirror:
             self._revision = max(self._revision, floor)
             if first:
                 self._status = LIVE if all(f.needs is None for f in self._followers.values()) else SYNCING
+            # Synced once live with everything the followers took from this daemon applied.
+            if not self._synced and self._status == LIVE and floor >= min(f.through for f in self._followers.values()):
+                self._synced = True
+                self._lock.notify_all()
             if advanced or updates or first:
                 self._lock.notify_all()
             revision, epoch = self._revision, self._epoch
@@ -451,6 +462,9 @@ class History:
     An iterator (``for event in History(...)``) and an async iterator (``async for``)."""
 
     def __init__(self, client, prefix, from_revision=0, receive_hwm=1000):
+        if client.endpoints.publish is None:
+            raise ConfigurationError(f"history that follows live needs the daemon's publish endpoint, which {client.endpoints.request} "
+                                     "does not imply: give pub_endpoint= (or $BEACON_PUB_ENDPOINT)")
         self._client = client
         self._receive_hwm = receive_hwm
         self._prefix = prefix
@@ -524,10 +538,15 @@ class History:
         loop = asyncio.get_running_loop()
 
         async def generate():
-            while True:
-                item = await loop.run_in_executor(None, next, iterator, StopIteration)
-                if item is StopIteration:
-                    return
-                yield item
+            try:
+                while True:
+                    item = await loop.run_in_executor(None, next, iterator, StopIteration)
+                    if item is StopIteration:
+                        return
+                    yield item
+            finally:
+                # Cancelled, broken off or done: the executor's thread, waiting in next() for the
+                # next event, returns, and the iterator stops following; nothing is left blocked.
+                self._queue.put(None)
 
         return generate()

@@ -7,13 +7,13 @@
 | int (64-bit signed) | ``int`` within ``[-2**63, 2**63)`` |
 | double | ``float`` |
 | string | ``str`` |
-| bytes | ``bytes`` (a ``bytearray`` or ``memoryview`` is written as bytes) |
-| list | ``list`` (a ``tuple`` is written as a list) |
+| bytes | ``bytes`` |
+| list | ``list`` |
 | map (string keys) | ``dict`` with ``str`` keys |
 
-Anything else — an ``int`` out of range, a dict with a key that is not a string, a set, a
-``Decimal`` — is refused with :class:`TypeError` or :class:`ValueError` instead of being
-converted.
+Anything else — an ``int`` out of range, a dict with a key that is not a string, a ``tuple``, a
+``bytearray`` or ``memoryview``, a set, a ``Decimal`` — is refused with :class:`TypeError` or
+:class:`ValueError` instead of being converted: every value written reads back as what it was.
 """
 
 from . import beacon_pb2 as pb
@@ -39,9 +39,9 @@ def to_wire(value, _depth=0):
         wire.double_value = value
     elif isinstance(value, str):
         wire.string_value = value
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        wire.bytes_value = bytes(value)
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, bytes):
+        wire.bytes_value = value
+    elif isinstance(value, list):
         wire.list_value.SetInParent()
         for item in value:
             wire.list_value.items.append(to_wire(item, _depth + 1))
@@ -52,7 +52,8 @@ def to_wire(value, _depth=0):
                 raise TypeError(f"a Beacon map's keys are strings, not {type(key).__name__} ({key!r})")
             wire.map_value.entries[key].CopyFrom(to_wire(item, _depth + 1))
     else:
-        raise TypeError(f"{type(value).__name__} is not a Beacon value (None, bool, int, float, str, bytes, list, dict)")
+        hint = {"tuple": ": write list(...)", "bytearray": ": write bytes(...)", "memoryview": ": write bytes(...)"}.get(type(value).__name__, "")
+        raise TypeError(f"{type(value).__name__} is not a Beacon value (None, bool, int, float, str, bytes, list, dict){hint}")
     return wire
 
 

@@ -32,8 +32,10 @@ def test_ints_and_floats_stay_apart_inside_lists_and_maps():
     assert type(back["i"][0]) is int and type(back["f"][0]) is float
 
 
-def test_tuples_and_bytearrays_are_written_as_lists_and_bytes():
-    assert from_wire(to_wire((1, bytearray(b"ab")))) == [1, b"ab"]
+@pytest.mark.parametrize("value", [(1, 2), bytearray(b"ab"), memoryview(b"ab"), [1, (2,)], {"k": bytearray(b"x")}])
+def test_tuples_bytearrays_and_memoryviews_are_refused_not_converted(value):
+    with pytest.raises(TypeError, match="list|bytes"):
+        to_wire(value)
 
 
 @pytest.mark.parametrize("value, error", [
