@@ -349,7 +349,7 @@ final class Relay: WriteAuthority {
     /// primary that predates consistent reads: a primary's reads all are).
     private func learnedReadIndex(_ reply: Beacon_V1_Reply?, host: some AuthorityHost) {
         readIndexToken = nil
-        var refusal: Refusal?
+        var refusal = Refusal(.upstreamUnavailable, "no read index from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: retry")
         var readIndex: UInt64?
         switch reply?.result {
         case .ping(let ping) where ping.consistentReads:
@@ -362,10 +362,10 @@ final class Relay: WriteAuthority {
         case .error(let error):
             refusal = Refusal(.upstreamUnavailable, "the upstream did not give a read index (\(error.code): \(error.message)): retry")
         default:
-            refusal = Refusal(.upstreamUnavailable, "no read index from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: retry")
+            break
         }
         let (failed, askAgain) = reads.learned(readIndex)
-        for read in failed { refuseRead(read, refusal!, host: host) }
+        for read in failed { refuseRead(read, refusal, host: host) }
         if askAgain { askReadIndex(host: host) }
         mirrorAdvanced(host: host)
     }
