@@ -83,4 +83,26 @@ struct ConsistentReadTests {
         #expect(error?.code == .upstreamUnavailable, "\(String(describing: error))")
         #expect(try wire.get("r.k").value.intValue == 100)
     }
+
+    @Test func aRelayStoppedWhileAConsistentReadWaitsForItsUpstreamAnswersItAndExits() async throws {
+        let directory = try temporaryDirectory()
+        let (primary, relay) = try startPrimaryAndRelay(in: directory)
+        defer { relay.stop(); primary.stop() }
+        let reader = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
+        let observer = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
+        let before = try observer.stats().requests
+        // The upstream, frozen, never answers the relay's Ping{sync}: the read waits for it.
+        kill(primary.process.processIdentifier, SIGSTOP)
+        defer { kill(primary.process.processIdentifier, SIGCONT) }
+        let id = try reader.send(.get(.with { $0.key = "k"; $0.consistent = true }))
+        // Read by the relay: its request count covers it (and the observer's Stats).
+        var polls: UInt64 = 0
+        #expect(waitUntil(seconds: 30) {
+            polls += 1
+            return ((try? observer.stats().requests) ?? 0) >= before + polls + 1
+        })
+        #expect(relay.stop() == 0, "the relay exits at once, answering the read")
+        let error = refusal { _ = try reader.awaitReply(to: id, timeoutMilliseconds: 10_000) }
+        #expect(error?.code == .upstreamUnavailable, "\(String(describing: error))")
+    }
 }

@@ -39,8 +39,8 @@ struct ConsistentReads<Read> {
     /// How long a consistent read may wait for its read index and the copy, in milliseconds.
     static var patienceMilliseconds: UInt64 { 5_000 }
 
-    /// Whether any read waits or is ready.
-    var isEmpty: Bool { asked == nil && queued.isEmpty && awaiting.isEmpty && ready.isEmpty }
+    /// Whether no read waits or is ready (a read index may still be on its way, for nobody).
+    var isEmpty: Bool { (asked ?? []).isEmpty && queued.isEmpty && awaiting.isEmpty && ready.isEmpty }
 
     /// Whether reads are ready to be answered.
     var hasReady: Bool { !ready.isEmpty }
