@@ -10,47 +10,43 @@ import Testing
 /// Monotonic nanoseconds.
 private func monotonicNow() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-/// Puts `number` into `key` through `clients` in turn, sent again with the same write id until
-/// an answer says it was applied (only "not now" answers are expected before that).
-/// - Returns: its revision; nil when none came within `seconds`.
-private func acknowledgedPut(_ clients: [WireClient], key: String, number: Int64, writeID: String, seconds: Double = 60) -> UInt64? {
-    var revision: UInt64?
+/// What `request` (given its attempt's number) answers, asked again while the answer is "not
+/// now" (no reply in time, or `UPSTREAM_UNAVAILABLE`); nil when none came within `seconds`.
+/// Any other error is recorded, naming `what`.
+private func answered<Answer>(_ what: String, seconds: Double = 60, _ request: (Int) throws -> Answer) -> Answer? {
+    var answer: Answer?
     var attempt = 0
     _ = waitUntil(seconds: seconds) {
         defer { attempt += 1 }
         do {
-            revision = try clients[attempt % clients.count].call(.put(.with {
-                $0.key = key
-                $0.value = value(number)
-                $0.writeID = Data(writeID.utf8)
-            }), timeoutMilliseconds: 3000).write.revision
+            answer = try request(attempt)
             return true
         } catch let error as WireError where error.kind == .timeout || error.reply?.code == .upstreamUnavailable {
             return false
         } catch {
-            Issue.record("put \(key): \(error)")
+            Issue.record("\(what): \(error)")
             return true
         }
     }
-    return revision
+    return answer
 }
 
-/// A consistent `Get` of `key`, asked again while the front answers "not now"; nil when no
-/// answer came within `seconds`.
-private func consistentGet(_ client: WireClient, _ key: String, seconds: Double = 60) -> Beacon_V1_KeyValue? {
-    var kv: Beacon_V1_KeyValue?
-    _ = waitUntil(seconds: seconds) {
-        do {
-            kv = try client.get(key, consistent: true, timeoutMilliseconds: 3000)
-            return true
-        } catch let error as WireError where error.kind == .timeout || error.reply?.code == .upstreamUnavailable {
-            return false
-        } catch {
-            Issue.record("consistent get \(key): \(error)")
-            return true
-        }
+/// Puts `number` into `key` through `clients` in turn, sent again with the same write id until
+/// an answer says it was applied.
+/// - Returns: its revision; nil when none came within `seconds`.
+private func acknowledgedPut(_ clients: [WireClient], key: String, number: Int64, writeID: String, seconds: Double = 60) -> UInt64? {
+    answered("put \(key)", seconds: seconds) { attempt in
+        try clients[attempt % clients.count].call(.put(.with {
+            $0.key = key
+            $0.value = value(number)
+            $0.writeID = Data(writeID.utf8)
+        }), timeoutMilliseconds: 3000).write.revision
     }
-    return kv
+}
+
+/// A consistent `Get` of `key`; nil when no answer came within `seconds`.
+private func consistentGet(_ client: WireClient, _ key: String, seconds: Double = 60) -> Beacon_V1_KeyValue? {
+    answered("consistent get \(key)", seconds: seconds) { _ in try client.get(key, consistent: true, timeoutMilliseconds: 3000) }
 }
 
 /// One completed operation on one register, for the linearizability check: when it was sent

@@ -132,16 +132,10 @@ struct MetricsTests {
         defer { daemon.stop() }
         #expect(try Self.metricsAddress(of: daemon) == "unix:\(dir)/metrics.sock")
         func curl(_ arguments: [String]) throws -> (status: Int32, output: String) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            process.arguments = ["-s", "--max-time", "5", "--unix-socket", dir + "/metrics.sock", "-w", "%{http_code}"] + arguments
-            let output = Pipe.forChild()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.runSerially()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(process.waitUntilExit(orKillAfterSeconds: 30))
-            return (process.terminationStatus, text)
+            let run = try Process.runToEnd("/usr/bin/curl", ["-s", "--max-time", "5", "--unix-socket", dir + "/metrics.sock",
+                                                             "-w", "%{http_code}"] + arguments, limitSeconds: 30)
+            #expect(run.exitedInTime)
+            return (run.status, run.stdout)
         }
         let metrics = try curl(["http://localhost/metrics"])
         #expect(metrics.output.hasSuffix("200") && metrics.output.contains("# TYPE beacon_writes_total counter"), "\(metrics.output.prefix(300))")
@@ -149,16 +143,10 @@ struct MetricsTests {
         #expect(try curl(["-X", "POST", "http://localhost/metrics"]).output.hasSuffix("405"))
         // Plain HTTP is for loopback only.
         for bad in ["10.0.0.1:9100", "0.0.0.0:9100", "127.0.0.1:99999", "nowhere", "unix:relative.sock"] {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: try binary("beacond"))
-            process.arguments = ["--metrics-listen", bad, "--check-config", "--runtime-dir", dir + "/r2", "--state-dir", dir + "/s2"]
-            let errors = Pipe.forChild()
-            process.standardError = errors
-            process.standardOutput = FileHandle.nullDevice
-            try process.runSerially()
-            let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(process.waitUntilExit(orKillAfterSeconds: 30))
-            #expect(process.terminationStatus == 64 && stderr.hasPrefix("beacond: --metrics-listen: 'metrics_listen'"), "\(bad): \(stderr)")
+            let run = try Process.runToEnd(try binary("beacond"), ["--metrics-listen", bad, "--check-config", "--runtime-dir", dir + "/r2",
+                                                                   "--state-dir", dir + "/s2"], limitSeconds: 30)
+            #expect(run.exitedInTime)
+            #expect(run.status == 64 && run.stderr.hasPrefix("beacond: --metrics-listen: 'metrics_listen'"), "\(bad): \(run.stderr)")
         }
     }
 }

@@ -37,16 +37,9 @@ struct TopTests {
         let socket = dir + "/tmux.sock", session = "top"
         /// Runs a tmux command on the test's own server and returns what it printed.
         func tmux(_ arguments: [String]) throws -> String {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/tmux")
-            process.arguments = ["-S", socket] + arguments
-            let output = Pipe.forChild()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.runSerially()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(process.waitUntilExit(orKillAfterSeconds: 20))
-            return text
+            let run = try Process.runToEnd("/usr/bin/tmux", ["-S", socket] + arguments, limitSeconds: 20)
+            #expect(run.exitedInTime)
+            return run.stdout
         }
         // The command that starts the server is waited for only once the server is gone: the
         // server inherits what Foundation watches for that command's end.

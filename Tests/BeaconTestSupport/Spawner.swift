@@ -1,4 +1,5 @@
 import Foundation
+import BeaconLocking
 
 /// Starts every process the tests run, one at a time, from one thread that lives as long as the
 /// test process, each under `setpriv --pdeathsig KILL`: the kernel kills it when that thread, and
@@ -94,6 +95,43 @@ extension Process {
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return (process.terminationStatus, text)
+    }
+
+    /// What a tool run to its end printed, and how it ended.
+    public struct Outcome: Sendable {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
+        /// Whether it exited by itself within its limit (otherwise it was killed).
+        public var exitedInTime: Bool
+    }
+
+    /// Runs `executable` to its end through the tests' spawner, its output and errors apart; one
+    /// still running after `limitSeconds` is killed (`exitedInTime` false): a test never waits on
+    /// it for ever.
+    public static func runToEnd(_ executable: String, _ arguments: [String], limitSeconds: Double) throws -> Outcome {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe.forChild(), errors = Pipe.forChild()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.runSerially()
+        // Both read while it runs, so that neither pipe fills and holds it up.
+        let texts = Locked(["", ""])
+        let readers = DispatchGroup()
+        for (index, pipe) in [output, errors].enumerated() {
+            readers.enter()
+            Thread.detachNewThread {
+                let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                texts.withLock { $0[index] = text }
+                readers.leave()
+            }
+        }
+        let exited = process.waitUntilExit(orKillAfterSeconds: limitSeconds)
+        readers.wait()
+        let (stdout, stderr) = texts.withLock { ($0[0], $0[1]) }
+        return Outcome(status: process.terminationStatus, stdout: stdout, stderr: stderr, exitedInTime: exited)
     }
 
     /// `run()` through the tests' spawner: killed when the test process ends.
