@@ -92,8 +92,8 @@ struct ConsistentReadTests {
         let observer = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
         let before = try observer.stats().requests
         // The upstream, frozen, never answers the relay's Ping{sync}: the read waits for it.
-        kill(primary.process.processIdentifier, SIGSTOP)
-        defer { kill(primary.process.processIdentifier, SIGCONT) }
+        try #require(freeze(primary.process.processIdentifier))
+        defer { thaw(primary.process.processIdentifier) }
         let id = try reader.send(.get(.with { $0.key = "k"; $0.consistent = true }))
         // Read by the relay: its request count covers it (and the observer's Stats).
         var polls: UInt64 = 0

@@ -163,7 +163,7 @@ struct PubRestartTests {
         // journal shows it, and a primary frozen before the relay caught up (a debug build beside
         // the suite and a busy core) left pub with no answer at all until its patience ran out.
         try Self.waitForHead(100, relay, while: pub)
-        #expect(kill(primary.process.processIdentifier, SIGSTOP) == 0)
+        try #require(freeze(primary.process.processIdentifier))
         // 48 writes forwarded and not shown by the upstream are 768 KiB: more than the kernel's
         // socket buffers (about 208 KiB each way) and libzmq's batch hold, so some wait in the
         // relay's queue.

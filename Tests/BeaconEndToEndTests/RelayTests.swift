@@ -516,8 +516,8 @@ struct RelayTests {
         defer { primary.stop(); relay.stop() }
         // The upstream stops answering; the relay still counts it reachable for a few seconds and
         // forwards the write, whose answer then never comes.
-        kill(primary.process.processIdentifier, SIGSTOP)
-        defer { kill(primary.process.processIdentifier, SIGCONT) }
+        try #require(freeze(primary.process.processIdentifier))
+        defer { thaw(primary.process.processIdentifier) }
         let piler = try WireClient.patient(runtimeDirectory: relay.runtimeDirectory)
         let write = try piler.send(.put(.with { $0.key = "p.k"; $0.value = .with { $0.intValue = 1 } }))
         // Reads behind it wait to see the write: 6,000 of about 215 bytes are 1.3 MB.

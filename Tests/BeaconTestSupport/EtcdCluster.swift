@@ -124,7 +124,7 @@ public final class EtcdCluster: @unchecked Sendable {
 
     /// Freezes a member (SIGSTOP) until ``thaw(_:)``.
     public func freeze(_ member: Int) {
-        if let pid = pid(of: member) { Foundation.kill(pid, SIGSTOP) }
+        if let pid = pid(of: member) { BeaconTestSupport.freeze(pid) }
     }
 
     /// Lets a frozen member go on (SIGCONT).
