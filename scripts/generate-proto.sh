@@ -51,5 +51,5 @@ for file in "$etcd_out"/*.swift; do
   mv "$file.wrapped" "$file"
 done
 echo "generated into $etcd_out"
-protoc --python_out=clients/python/beacon_signals -I proto proto/beacon.proto
+protoc --python_out=clients/python/beacon_signals --pyi_out=clients/python/beacon_signals -I proto proto/beacon.proto
 echo "generated clients/python/beacon_signals/beacon_pb2.py"

@@ -1,30 +1,34 @@
 """A mirror's copy on disk (the standard library's sqlite3): where it starts after a restart,
 asking the daemon only for what changed since."""
 
+from __future__ import annotations
+
 import json
 import sqlite3
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .client import Entry
+from .operations import Entry
+from .values import Value
 
 
 class MirrorCache:
     """The state of a mirror of `prefixes`, its epoch and the revision it is complete through, in
     one SQLite file. A file written for other prefixes is not used (the mirror takes the state anew)."""
 
-    def __init__(self, path, prefixes):
+    def __init__(self, path: str, prefixes: Iterable[str]) -> None:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, entry TEXT NOT NULL)")
         self._prefixes = json.dumps(sorted(prefixes))
-        self._saved = {}
+        self._saved: Dict[str, Entry] = {}
 
-    def load(self):
+    def load(self) -> Optional[Tuple[int, int, Dict[str, Entry]]]:
         """``(epoch, revision, {key: Entry})``, or None when the file holds no copy of these prefixes."""
         meta = dict(self._db.execute("SELECT name, value FROM meta"))
         if meta.get("prefixes") != self._prefixes or "epoch" not in meta:
             return None
-        state = {}
+        state: Dict[str, Entry] = {}
         for key, text in self._db.execute("SELECT key, entry FROM entries"):
             fields = json.loads(text)
             fields["value"] = _decode(fields["value"])
@@ -32,7 +36,7 @@ class MirrorCache:
         self._saved = dict(state)
         return int(meta["epoch"]), int(meta["revision"]), state
 
-    def save(self, epoch, revision, state):
+    def save(self, epoch: Optional[int], revision: int, state: Dict[str, Entry]) -> None:
         """Writes what changed since the last save, with the revision it is complete through."""
         changed = [(key, entry) for key, entry in state.items() if self._saved.get(key) is not entry]
         removed = [key for key in self._saved if key not in state]
@@ -49,16 +53,16 @@ class MirrorCache:
             raise
         self._saved = dict(state)
 
-    def close(self):
+    def close(self) -> None:
         self._db.close()
 
 
-def _fields(entry):
+def _fields(entry: Entry) -> Dict[str, Any]:
     return {"value": _encode(entry.value), "version": entry.version, "create_revision": entry.create_revision,
             "mod_revision": entry.mod_revision, "expires_at_ms": entry.expires_at_ms, "mod_time_ms": entry.mod_time_ms}
 
 
-def _encode(value):
+def _encode(value: Value) -> Dict[str, Any]:
     """JSON that keeps every Beacon type apart (bytes, int and float, nested lists and maps)."""
     if isinstance(value, bytes):
         return {"b": value.hex()}
@@ -71,7 +75,7 @@ def _encode(value):
     return {"v": value}  # None, bool, int, str
 
 
-def _decode(tagged):
+def _decode(tagged: Dict[str, Any]) -> Value:
     ((tag, value),) = tagged.items()
     if tag == "b":
         return bytes.fromhex(value)
@@ -81,4 +85,5 @@ def _decode(tagged):
         return [_decode(item) for item in value]
     if tag == "m":
         return {key: _decode(item) for key, item in value.items()}
-    return value
+    result: Value = value  # None, bool, int, str
+    return result

@@ -1,5 +1,7 @@
 """What goes wrong, as exceptions."""
 
+from __future__ import annotations
+
 from . import beacon_pb2 as pb
 
 
@@ -15,8 +17,8 @@ class Refused(BeaconError):
     ``op_index`` (which operation of a transaction), ``retry_after_ms`` (a rate limit).
     """
 
-    def __init__(self, error):
-        self.code = pb.Error.Code.Name(error.code)
+    def __init__(self, error: pb.Error) -> None:
+        self.code: str = pb.Error.Code.Name(error.code)
         self.message = error.message
         self.key = error.key
         self.current_version = error.current_version
@@ -27,7 +29,7 @@ class Refused(BeaconError):
         super().__init__(f"{self.code}: {self.message}")
 
     @property
-    def retryable(self):
+    def retryable(self) -> bool:
         """Whether the same request may succeed later as it is (READ_ONLY, RATE_LIMITED, UPSTREAM_UNAVAILABLE)."""
         return self.code in ("READ_ONLY", "RATE_LIMITED", "UPSTREAM_UNAVAILABLE")
 

@@ -5,17 +5,18 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from beacon_signals import Client, History, Mirror  # noqa: E402
+from beacon_signals import Client, History, Mirror, Update  # noqa: E402
 
 
-def encode(value):
+def encode(value: Any) -> Any:
     return value.hex() if isinstance(value, bytes) else value
 
 
-def main():
+def main() -> None:
     runtime_dir, mode, receive_hwm, *prefixes = sys.argv[1:]
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     client = Client(runtime_dir, timeout=10)
@@ -28,7 +29,7 @@ def main():
         return
     mirror = Mirror(client, prefixes, receive_hwm=int(receive_hwm), start=False)
 
-    def report(update):
+    def report(update: Update) -> None:
         out.write(json.dumps({"revision": update.revision, "resync": update.resync,
                               "changes": {key: None if entry is None else encode(entry.value) for key, entry in update.changes.items()},
                               "counters": mirror.counters}) + "\n")

@@ -7,23 +7,25 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from beacon_signals import Client, ConfigurationError, Refused, Unavailable
+from beacon_signals import Client, ConfigurationError, Entry, Refused, Unavailable, WriteResult
 from beacon_signals import beacon_pb2 as pb
 from beacon_signals.endpoints import resolve
 
-from conftest import BIN_DIR, REPO as HERE_REPO, wait_for
+from conftest import BIN_DIR, REPO as HERE_REPO, Daemon, must, wait_for
 
 
-def test_writes_reads_and_versions(daemon):
+def test_writes_reads_and_versions(daemon: Daemon) -> None:
     client = daemon.client()
     first = client.set("app.mode", "auto")
     assert first.version == 1 and not first.replayed
     second = client.set("app.mode", "manual", if_version=1)
     assert second.revision == first.revision + 1 and second.version == 2
-    entry = client.get("app.mode")
+    entry = must(client.get("app.mode"))
     assert (entry.value, entry.version, entry.create_revision, entry.mod_revision) == ("manual", 2, first.revision, second.revision)
     assert entry.mod_time_ms > 0
     assert client.get("app.none") is None
@@ -33,18 +35,16 @@ def test_writes_reads_and_versions(daemon):
     assert client.get("app.mode") is None
 
 
-def test_consistent_reads_at_a_primary_are_its_reads_and_sync_names_its_head(daemon):
+def test_consistent_reads_at_a_primary_are_its_reads_and_sync_names_its_head(daemon: Daemon) -> None:
     client = daemon.client()
-    last = None
-    for index in range(3):
-        last = client.set(f"c.{index}", index)
+    last = [client.set(f"c.{index}", index) for index in range(3)][-1]
     assert client.sync() == last.revision
-    assert client.get("c.1", consistent=True).value == 1
+    assert must(client.get("c.1", consistent=True)).value == 1
     assert client.get("c.none", consistent=True) is None
     assert sorted(client.list("c.", consistent=True)) == ["c.0", "c.1", "c.2"]
 
 
-def test_refusals_carry_the_protocols_code_and_details(daemon):
+def test_refusals_carry_the_protocols_code_and_details(daemon: Daemon) -> None:
     client = daemon.client()
     client.set("cas.k", 1)
     with pytest.raises(Refused) as conflict:
@@ -66,23 +66,24 @@ def test_refusals_carry_the_protocols_code_and_details(daemon):
     assert client.get("cas.a") is None, "nothing of a refused transaction applies"
 
 
-def test_a_transaction_is_one_revision_and_a_batch_answers_each_request(daemon):
+def test_a_transaction_is_one_revision_and_a_batch_answers_each_request(daemon: Daemon) -> None:
     client = daemon.client()
     with client.transaction() as txn:
         txn.set("t.a", 1).set("t.b", [1, 2]).set("t.c", None)
     assert txn.result.versions == (1, 1, 1)
     assert {entry.mod_revision for entry in client.list("t.").values()} == {txn.result.revision}
     outcomes = client.batch().set("t.d", 4).get("t.a").get("t.none").delete("t.none").send()
-    assert outcomes[0].version == 1 and outcomes[0].revision == txn.result.revision + 1
-    assert outcomes[1].value == 1 and outcomes[2] is None
-    assert isinstance(outcomes[3], Refused) and outcomes[3].code == "NOT_FOUND"
+    written, read, missing, refused = outcomes
+    assert isinstance(written, WriteResult) and written.version == 1 and written.revision == txn.result.revision + 1
+    assert isinstance(read, Entry) and read.value == 1 and missing is None
+    assert isinstance(refused, Refused) and refused.code == "NOT_FOUND"
     assert client.list("t.", keys_only=True) == ["t.a", "t.b", "t.c", "t.d"]
 
 
-def test_ttls_and_sessions(daemon):
+def test_ttls_and_sessions(daemon: Daemon) -> None:
     client = daemon.client()
     result = client.set("s.ttl", 1, ttl_ms=60_000)
-    assert client.get("s.ttl").expires_at_ms > time.time() * 1000
+    assert must(client.get("s.ttl")).expires_at_ms > time.time() * 1000
     client.set("s.bound", 1, session="writer-1")
     keys, ends_at = client.keep_alive("writer-1", 5000)
     assert keys == 1 and ends_at > time.time() * 1000
@@ -91,7 +92,7 @@ def test_ttls_and_sessions(daemon):
     assert result.revision > 0
 
 
-def test_history_pages_through_every_change(daemon):
+def test_history_pages_through_every_change(daemon: Daemon) -> None:
     client = daemon.client()
     for start in range(0, 2500, 250):  # more than one page of history
         batch = client.batch()
@@ -107,11 +108,11 @@ def test_history_pages_through_every_change(daemon):
     assert [event.revision for event in later] == writes[10:]
 
 
-def test_a_write_the_daemon_does_not_answer_is_sent_again_and_applied_once(daemon):
+def test_a_write_the_daemon_does_not_answer_is_sent_again_and_applied_once(daemon: Daemon) -> None:
     client = daemon.client(timeout=0.3, write_timeout=30.0)
     client.set("w.k", 0)
     daemon.pause()  # the write is read only once the daemon runs again, after the client gave up on a connection
-    outcome = {}
+    outcome: Dict[str, WriteResult] = {}
     writer = threading.Thread(target=lambda: outcome.update(result=client.set("w.k", 1)))
     writer.start()
     wait_for(lambda: client.resends >= 2, what="the client to send the write again")  # on new connections
@@ -124,19 +125,19 @@ def test_a_write_the_daemon_does_not_answer_is_sent_again_and_applied_once(daemo
     assert result.revision == history[-1].revision
 
 
-def test_a_relays_consistent_read_sees_the_write_its_upstream_acknowledged(make_daemon):
+def test_a_relays_consistent_read_sees_the_write_its_upstream_acknowledged(make_daemon: Callable[..., Daemon]) -> None:
     primary = make_daemon(name="primary")
     relay = make_daemon("--upstream", f"ipc://{primary.runtime_dir}/beacon.req", name="relay")
     upstream, client = primary.client(), relay.client()
     wait_for(lambda: client.call(ping=pb.Ping()).ping.upstream.reachable, what="the relay to reach its upstream")
     for round in range(50):
         written = upstream.set("r.k", round)
-        assert client.get("r.k", consistent=True).mod_revision >= written.revision
+        assert must(client.get("r.k", consistent=True)).mod_revision >= written.revision
     assert client.list("r.", consistent=True)["r.k"].value == 49
     assert client.sync() >= written.revision
 
 
-def test_a_write_through_a_relay_waits_out_its_upstream_and_is_applied_once(make_daemon):
+def test_a_write_through_a_relay_waits_out_its_upstream_and_is_applied_once(make_daemon: Callable[..., Daemon]) -> None:
     primary = make_daemon(name="primary")
     relay = make_daemon("--upstream", f"ipc://{primary.runtime_dir}/beacon.req", name="relay")
     client = relay.client(timeout=1.0, write_timeout=60.0)
@@ -144,7 +145,7 @@ def test_a_write_through_a_relay_waits_out_its_upstream_and_is_applied_once(make
     client.set("w.k", 0)
     primary.stop(signal.SIGKILL)
     wait_for(lambda: not client.call(ping=pb.Ping()).ping.upstream.reachable, what="the relay to find its upstream gone")
-    outcome = {}
+    outcome: Dict[str, WriteResult] = {}
     writer = threading.Thread(target=lambda: outcome.update(result=client.set("w.k", 1)))
     writer.start()
     wait_for(lambda: client.resends >= 2, what="the relay to answer UPSTREAM_UNAVAILABLE and the client to send again")
@@ -156,7 +157,7 @@ def test_a_write_through_a_relay_waits_out_its_upstream_and_is_applied_once(make
     assert outcome["result"].revision == history[-1].revision
 
 
-def test_no_daemon_is_unavailable_quickly(tmp_path):
+def test_no_daemon_is_unavailable_quickly(tmp_path: Path) -> None:
     client = Client(str(tmp_path), timeout=0.2, write_timeout=0.5)
     started = time.monotonic()
     with pytest.raises(Unavailable):
@@ -166,7 +167,7 @@ def test_no_daemon_is_unavailable_quickly(tmp_path):
     assert time.monotonic() - started < 5
 
 
-def test_endpoints_are_found_as_the_command_line_tool_finds_them(tmp_path):
+def test_endpoints_are_found_as_the_command_line_tool_finds_them(tmp_path: Path) -> None:
     environ = {"BEACON_RUNTIME_DIR": str(tmp_path)}
     assert resolve(environ=environ).request == f"ipc://{tmp_path}/beacon.req"
     environ = {"BEACON_ENDPOINT": "tcp://127.0.0.1:7401", "BEACON_PUB_ENDPOINT": "tcp://127.0.0.1:7402"}
@@ -178,7 +179,7 @@ def test_endpoints_are_found_as_the_command_line_tool_finds_them(tmp_path):
         resolve(environ={"BEACON_SERVER_KEY": "x" * 40})
 
 
-def test_curve_over_tcp_with_a_listed_key(make_daemon, tmp_path):
+def test_curve_over_tcp_with_a_listed_key(make_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
     beacon = os.path.join(BIN_DIR, "beacon")
     for name in ("server", "client"):
         subprocess.run([beacon, "keygen", str(tmp_path / name)], check=True, capture_output=True)
@@ -202,19 +203,19 @@ def test_curve_over_tcp_with_a_listed_key(make_daemon, tmp_path):
     assert denied.value.code == "PERMISSION_DENIED"
 
 
-def test_values_written_by_the_cli_read_back_here_and_the_other_way(daemon):
+def test_values_written_by_the_cli_read_back_here_and_the_other_way(daemon: Daemon) -> None:
     beacon = [os.path.join(BIN_DIR, "beacon"), "--runtime-dir", daemon.runtime_dir]
     client = daemon.client()
-    cases = {"v.int": ("42", 42), "v.double": ("42.0", 42.0), "v.string": ('"42"', "42"), "v.null": ("null", None),
+    cases: Dict[str, Tuple[str, Any]] = {"v.int": ("42", 42), "v.double": ("42.0", 42.0), "v.string": ('"42"', "42"), "v.null": ("null", None),
              "v.bool": ("true", True), "v.list": ('[1, 2.5, "x", null]', [1, 2.5, "x", None]),
              "v.map": ('{"a": {"b": [false]}}', {"a": {"b": [False]}})}
     for key, (text, value) in cases.items():
         subprocess.run(beacon + ["set", key, text], check=True, capture_output=True)
-        got = client.get(key).value
+        got = must(client.get(key)).value
         assert got == value and type(got) is type(value), key
     subprocess.run(beacon + ["set", "v.bytes", "AAH/", "--type", "bytes"], check=True, capture_output=True)
-    assert client.get("v.bytes").value == b"\x00\x01\xff"
-    written = {"p.int": 7, "p.double": 7.0, "p.bytes": b"\x00\xfe", "p.nested": {"l": [1, 1.5, None, b"b", "s"]}}
+    assert must(client.get("v.bytes")).value == b"\x00\x01\xff"
+    written: Dict[str, Any] = {"p.int": 7, "p.double": 7.0, "p.bytes": b"\x00\xfe", "p.nested": {"l": [1, 1.5, None, b"b", "s"]}}
     for key, value in written.items():
         client.set(key, value)
     lines = subprocess.run(beacon + ["ls", "p.", "--json"], check=True, capture_output=True, text=True).stdout.splitlines()
@@ -225,17 +226,17 @@ def test_values_written_by_the_cli_read_back_here_and_the_other_way(daemon):
     assert printed["p.nested"] == {"l": [1, 1.5, None, {"$bytes": "Yg=="}, "s"]}
 
 
-def test_values_keep_their_shape_between_this_client_and_the_swift_librarys_codable_types(daemon):
+def test_values_keep_their_shape_between_this_client_and_the_swift_librarys_codable_types(daemon: Daemon) -> None:
     """The Swift library maps Codable types (structs, arrays, dictionaries, Data, optionals) to
     wire values; a struct it writes reads back here as the dict it is, and the dict written here
     decodes there as the same struct (beacon-client-probe's Sample)."""
     probe = [os.path.join(BIN_DIR, "beacon-client-probe"), "--runtime-dir", daemon.runtime_dir]
-    expected = {"name": "sensor-7 \u2713", "count": -42, "ratio": 0.25, "enabled": True, "tags": ["a", "b"],
+    expected: Dict[str, Any] = {"name": "sensor-7 \u2713", "count": -42, "ratio": 0.25, "enabled": True, "tags": ["a", "b"],
                 "limits": {"lo": 1, "hi": 9}, "blob": b"\x00\x01\xfe\xff", "nested": {"level": 3, "points": [1.5, -2.0]}}
     wrote = subprocess.run(probe + ["--codable-write", "cod.swift"], capture_output=True, text=True, timeout=60)
     assert wrote.returncode == 0 and wrote.stdout.startswith("WROTE"), wrote
     client = daemon.client()
-    value = client.get("cod.swift").value
+    value = must(client.get("cod.swift")).value
     assert value == expected  # the optional left out, as Swift's Codable leaves out a nil
     assert type(value["count"]) is int and type(value["ratio"]) is float and type(value["nested"]["points"][1]) is float
     assert type(value["blob"]) is bytes
@@ -244,7 +245,7 @@ def test_values_keep_their_shape_between_this_client_and_the_swift_librarys_coda
     assert read.returncode == 0 and read.stdout.strip() == "MATCH", read
 
 
-def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path):
+def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path: Path) -> None:
     from beacon_signals.endpoints import read_key_file
     key = "a#b" + "c" * 37
     path = tmp_path / "k.key"
@@ -252,7 +253,7 @@ def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path):
     assert read_key_file(str(path)) == {"public": key, "secret": "#" * 40}
 
 
-def test_the_example_in_the_docs_runs_as_written(daemon):
+def test_the_example_in_the_docs_runs_as_written(daemon: Daemon) -> None:
     with open(os.path.join(HERE_REPO, "docs", "PYTHON.md"), encoding="utf-8") as file:
         text = file.read()
     example = text.split("```python\n", 1)[1].split("```", 1)[0]

@@ -5,16 +5,18 @@ it is synced only once it shows this daemon's state."""
 
 import asyncio
 import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 from beacon_signals import LIVE, Client, ConfigurationError, History, Mirror
 from beacon_signals.endpoints import resolve
 
-from conftest import wait_for
+from conftest import Daemon, wait_for
 
 
-def test_with_only_beacon_endpoint_set_a_mirror_sees_live_changes(daemon, monkeypatch):
+def test_with_only_beacon_endpoint_set_a_mirror_sees_live_changes(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("BEACON_PUB_ENDPOINT", "BEACON_RUNTIME_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("BEACON_ENDPOINT", f"ipc://{daemon.runtime_dir}/beacon.req")
@@ -28,7 +30,7 @@ def test_with_only_beacon_endpoint_set_a_mirror_sees_live_changes(daemon, monkey
         assert mirror.status == LIVE
 
 
-def test_a_request_endpoint_implies_its_publish_endpoint_or_a_mirror_is_refused(tmp_path):
+def test_a_request_endpoint_implies_its_publish_endpoint_or_a_mirror_is_refused(tmp_path: Path) -> None:
     assert resolve(endpoint="tcp://127.0.0.1:7401", environ={}).publish == "tcp://127.0.0.1:7402"
     assert resolve(endpoint="tcp://127.0.0.1:7401", pub_endpoint="tcp://127.0.0.1:9000", environ={}).publish == "tcp://127.0.0.1:9000"
     odd = Client(endpoint=f"ipc://{tmp_path}/odd.sock")
@@ -40,24 +42,24 @@ def test_a_request_endpoint_implies_its_publish_endpoint_or_a_mirror_is_refused(
 
 
 @pytest.mark.parametrize("value", [(1, 2), bytearray(b"ab"), memoryview(b"ab"), [1, (2,)], {"k": bytearray(b"x")}])
-def test_a_value_of_another_type_is_refused_and_nothing_is_stored(daemon, value):
+def test_a_value_of_another_type_is_refused_and_nothing_is_stored(daemon: Daemon, value: Any) -> None:
     client = daemon.client()
     with pytest.raises(TypeError):
         client.set("t.k", value)
     assert client.get("t.k") is None
 
 
-def test_cancelling_an_async_for_over_a_history_lets_the_program_end(daemon):
+def test_cancelling_an_async_for_over_a_history_lets_the_program_end(daemon: Daemon) -> None:
     client = daemon.client()
     client.set("h.k", 1)
-    outcome = {}
+    outcome: Dict[str, bool] = {}
 
-    async def consume():
+    async def consume() -> None:
         async for _ in History(client, "h."):
             pass  # one event, then it waits for live ones that never come
 
-    def program():
-        async def main():
+    def program() -> None:
+        async def main() -> None:
             try:
                 await asyncio.wait_for(consume(), 1)
             except asyncio.TimeoutError:
@@ -71,7 +73,7 @@ def test_cancelling_an_async_for_over_a_history_lets_the_program_end(daemon):
     assert outcome == {"timed_out": True, "ended": True}, "asyncio.run() did not return after the cancellation"
 
 
-def test_a_mirror_from_another_journals_cache_is_synced_only_with_this_daemons_state(make_daemon, tmp_path):
+def test_a_mirror_from_another_journals_cache_is_synced_only_with_this_daemons_state(make_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
     caches = [str(tmp_path / "synced.db"), str(tmp_path / "until.db")]
     first = make_daemon(name="first")
     old = first.client()

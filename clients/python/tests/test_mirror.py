@@ -9,34 +9,43 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from beacon_signals import LIVE, STALE, Mirror
+from beacon_signals import LIVE, STALE, Event, Mirror, Outcome, Update, WriteResult
 
-from conftest import HERE, process_state, wait_for
+from conftest import HERE, Daemon, must, process_state, wait_for
 
 TINY = "publish_hwm = 10\n"
+
+
+def revision_of(outcome: Outcome) -> int:
+    """The revision of a batch's write."""
+    assert isinstance(outcome, WriteResult), outcome
+    return outcome.revision
 
 
 class Child:
     """tests/follow_child.py in a process of its own: a mirror or a followed history that prints
     each update as a JSON line."""
 
-    def __init__(self, daemon, mode, prefixes, receive_hwm=10):
+    def __init__(self, daemon: Daemon, mode: str, prefixes: List[str], receive_hwm: int = 10) -> None:
         self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "follow_child.py"), daemon.runtime_dir, mode,
                                          str(receive_hwm), *prefixes], stdout=subprocess.PIPE, text=True)
-        self.lines = queue.SimpleQueue()
-        self.seen = []
+        self.lines: queue.SimpleQueue[Dict[str, Any]] = queue.SimpleQueue()
+        self.seen: List[Dict[str, Any]] = []
         threading.Thread(target=self._read, daemon=True).start()
 
-    def _read(self):
+    def _read(self) -> None:
+        assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.put(json.loads(line))
 
-    def take(self, until, timeout=60):
+    def take(self, until: Callable[[Dict[str, Any]], bool], timeout: float = 60) -> Dict[str, Any]:
         """Collects lines until `until(line)` is true for one of them; returns it."""
-        def arrived():
+        def arrived() -> Optional[Dict[str, Any]]:
             while not self.lines.empty():
                 line = self.lines.get()
                 self.seen.append(line)
@@ -45,28 +54,28 @@ class Child:
             return None
         return wait_for(arrived, timeout, what="the child's updates")
 
-    def _state(self):
+    def _state(self) -> Optional[str]:
         return process_state(self.process.pid)
 
-    def freeze(self):
+    def freeze(self) -> None:
         """Stops the child (SIGSTOP) and waits until it is stopped."""
         self.process.send_signal(signal.SIGSTOP)
         wait_for(lambda: self._state() == "T", what="the child to stop")
 
-    def thaw(self):
+    def thaw(self) -> None:
         self.process.send_signal(signal.SIGCONT)
         wait_for(lambda: self._state() != "T", what="the child to run again")
 
-    def stop(self):
+    def stop(self) -> None:
         self.thaw()
         self.process.terminate()
         self.process.wait(30)
 
 
-def test_a_mirror_follows_and_reads_its_writes(daemon):
+def test_a_mirror_follows_and_reads_its_writes(daemon: Daemon) -> None:
     client = daemon.client()
     client.set("app.before", 1)
-    updates = []
+    updates: List[Update] = []
     with Mirror(client, ["app.", "net."], on_change=updates.append) as mirror:
         assert mirror.wait_synced(30) and mirror.status == LIVE
         assert mirror.get("app.before").value == 1
@@ -85,7 +94,7 @@ def test_a_mirror_follows_and_reads_its_writes(daemon):
         assert revision >= txn.result.revision and set(state) == {"app.after", "app.t", "net.t"}
 
 
-def test_transactions_arrive_whole_through_drops_and_a_frozen_client(make_daemon):
+def test_transactions_arrive_whole_through_drops_and_a_frozen_client(make_daemon: Callable[..., Daemon]) -> None:
     daemon = make_daemon(config=TINY)
     client = daemon.client()
     child = Child(daemon, "mirror", ["a.", "b."], receive_hwm=10)
@@ -96,12 +105,12 @@ def test_transactions_arrive_whole_through_drops_and_a_frozen_client(make_daemon
                 child.freeze()  # the daemon drops what the frozen mirror does not read
             for index in range(round_ * 200, round_ * 200 + 200):
                 # Large enough that what the frozen mirror does not read overflows the socket buffers.
-                value = {"i": index, "pad": "x" * 2000}
+                value: Dict[str, Any] = {"i": index, "pad": "x" * 2000}
                 with client.transaction() as txn:
                     txn.set(f"a.k{index % 13}", value).set(f"b.k{index % 13}", value).set(f"c.k{index % 5}", index)
             child.thaw()
         head = txn.result.revision
-        last = child.take(lambda line: line.get("revision", 0) >= head)
+        last = child.take(lambda line: bool(line.get("revision", 0) >= head))
         updates = [line for line in child.seen if "revision" in line]
         assert last["counters"]["repairs"] > 0, "drops happened and were repaired"
         revisions = [update["revision"] for update in updates]
@@ -124,22 +133,22 @@ def test_transactions_arrive_whole_through_drops_and_a_frozen_client(make_daemon
         child.stop()
 
 
-def test_a_followed_history_skips_nothing_through_drops(make_daemon):
+def test_a_followed_history_skips_nothing_through_drops(make_daemon: Callable[..., Daemon]) -> None:
     daemon = make_daemon(config=TINY)
     client = daemon.client()
     client.set("h.k", -1)
     child = Child(daemon, "history", ["h."], receive_hwm=10)
     try:
-        child.take(lambda line: line["revision"] >= 1)
+        child.take(lambda line: bool(line["revision"] >= 1))
         written = []
         for round_ in range(4):
             child.freeze()
             batch = client.batch()
             for index in range(round_ * 300, round_ * 300 + 300):
                 batch.set(f"h.k{index % 3}", index)
-            written += [outcome.revision for outcome in batch.send()]
+            written += [revision_of(outcome) for outcome in batch.send()]
             child.thaw()
-        child.take(lambda line: line["revision"] >= written[-1])
+        child.take(lambda line: bool(line["revision"] >= written[-1]))
         events = [line for line in child.seen if not line["resync"]]
         assert [event["revision"] for event in events] == [1] + written, "every revision, in order, once"
         assert [event["value"] for event in events[1:]] == list(range(1200))
@@ -147,9 +156,9 @@ def test_a_followed_history_skips_nothing_through_drops(make_daemon):
         child.stop()
 
 
-def test_a_mirror_never_goes_back_across_kill_9_and_a_restart(daemon):
+def test_a_mirror_never_goes_back_across_kill_9_and_a_restart(daemon: Daemon) -> None:
     client = daemon.client()
-    updates = []
+    updates: List[Update] = []
     with Mirror(client, ["k."], on_change=updates.append) as mirror:
         mirror.wait_synced(30)
         for index in range(50):
@@ -158,7 +167,7 @@ def test_a_mirror_never_goes_back_across_kill_9_and_a_restart(daemon):
         daemon.restart(signal.SIGKILL)
         watcher_stop = threading.Event()
 
-        def watch():
+        def watch() -> None:
             while not watcher_stop.is_set():
                 seen.append(mirror.revision)
                 watcher_stop.wait(0.005)
@@ -168,7 +177,7 @@ def test_a_mirror_never_goes_back_across_kill_9_and_a_restart(daemon):
         client = daemon.client()
         for index in range(50, 100):
             last = client.set(f"k.{index % 4}", index)
-        assert mirror.wait_until(last.revision, 30)
+        assert mirror.wait_until(revision_of(last), 30)
         watcher_stop.set()
         watcher.join()
         assert seen == sorted(seen), "the mirror's revision never went back"
@@ -177,7 +186,7 @@ def test_a_mirror_never_goes_back_across_kill_9_and_a_restart(daemon):
         assert {key: entry.value for key, entry in mirror.view()[1].items()} == {f"k.{i}": 96 + i for i in range(4)}
 
 
-def test_a_restarted_client_resumes_from_its_cache_with_a_delta(daemon, tmp_path):
+def test_a_restarted_client_resumes_from_its_cache_with_a_delta(daemon: Daemon, tmp_path: Path) -> None:
     client = daemon.client()
     cache = str(tmp_path / "mirror.db")
     for index in range(20):
@@ -198,12 +207,12 @@ def test_a_restarted_client_resumes_from_its_cache_with_a_delta(daemon, tmp_path
         assert resumed.get("r.25").value == {"n": [25, 25.0, b"x"]}
 
 
-def test_a_late_joiner_under_load_loses_nothing(daemon):
+def test_a_late_joiner_under_load_loses_nothing(daemon: Daemon) -> None:
     client = daemon.client()
     writer_client = daemon.client()
     stop = threading.Event()
 
-    def write():
+    def write() -> None:
         index = 0
         while not stop.is_set():
             batch = writer_client.batch()
@@ -216,7 +225,7 @@ def test_a_late_joiner_under_load_loses_nothing(daemon):
     writer.start()
     try:
         wait_for(lambda: client.ping().head_revision > 2000, what="load")
-        updates = []
+        updates: List[Update] = []
         with Mirror(client, ["l."], on_change=updates.append) as mirror:
             mirror.wait_synced(30)
             stop.set()
@@ -232,10 +241,10 @@ def test_a_late_joiner_under_load_loses_nothing(daemon):
         writer.join()
 
 
-def test_a_replaced_journal_is_an_explicit_resync(daemon):
+def test_a_replaced_journal_is_an_explicit_resync(daemon: Daemon) -> None:
     client = daemon.client()
     client.set("j.old", 1)
-    updates = []
+    updates: List[Update] = []
     with Mirror(client, ["j."], on_change=updates.append) as mirror:
         mirror.wait_synced(30)
         daemon.stop()
@@ -251,12 +260,12 @@ def test_a_replaced_journal_is_an_explicit_resync(daemon):
         assert set(mirror.view()[1]) == {"j.new"}
 
 
-def test_updates_on_an_asyncio_loop_and_a_stale_daemon(daemon):
+def test_updates_on_an_asyncio_loop_and_a_stale_daemon(daemon: Daemon) -> None:
     client = daemon.client()
 
-    async def run():
+    async def run() -> None:
         loop = asyncio.get_running_loop()
-        arrived = asyncio.Queue()
+        arrived: asyncio.Queue[Update] = asyncio.Queue()
         mirror = Mirror(client, ["x."], loop=loop, on_change=arrived.put_nowait)
         try:
             await loop.run_in_executor(None, mirror.wait_synced, 30)
@@ -264,7 +273,7 @@ def test_updates_on_an_asyncio_loop_and_a_stale_daemon(daemon):
             first = await asyncio.wait_for(arrived.get(), 30)
             assert first.resync and first.changes == {}, "the first sync: an empty prefix"
             update = await asyncio.wait_for(arrived.get(), 30)
-            assert update.changes["x.a"].value == 1 and not update.resync
+            assert must(update.changes["x.a"]).value == 1 and not update.resync
             daemon.pause()
             await loop.run_in_executor(None, lambda: wait_for(lambda: mirror.status == STALE, what="stale"))
             daemon.resume()
@@ -277,7 +286,7 @@ def test_updates_on_an_asyncio_loop_and_a_stale_daemon(daemon):
 
 
 @pytest.mark.parametrize("bundles", [True, False])
-def test_bundles_or_diffs_alike(daemon, bundles):
+def test_bundles_or_diffs_alike(daemon: Daemon, bundles: bool) -> None:
     client = daemon.client()
     with Mirror(client, ["u."], bundles=bundles) as mirror:
         mirror.wait_synced(30)
@@ -285,18 +294,19 @@ def test_bundles_or_diffs_alike(daemon, bundles):
         for index in range(500):
             batch.set(f"u.{index % 9}", index)
         last = batch.send()[-1]
-        assert mirror.wait_until(last.revision, 30)
+        assert mirror.wait_until(revision_of(last), 30)
         last_of_each = {f"u.{index % 9}": index for index in range(500)}
         assert {key: entry.value for key, entry in mirror.view()[1].items()} == last_of_each
 
 
-def test_a_followed_history_replays_then_goes_live_as_an_iterator_and_an_async_iterator(daemon):
+def test_a_followed_history_replays_then_goes_live_as_an_iterator_and_an_async_iterator(daemon: Daemon) -> None:
     from beacon_signals import History
     client = daemon.client()
     written = [client.set("f.k", index).revision for index in range(3)]
     history = History(client, "f.", from_revision=written[1])
-    seen = []
+    seen: List[Tuple[int, Any]] = []
     for event in history:
+        assert isinstance(event, Event)
         seen.append((event.revision, event.value))
         if len(seen) == 2:
             written.append(client.set("f.k", 3).revision)  # live, after the replay
@@ -304,10 +314,11 @@ def test_a_followed_history_replays_then_goes_live_as_an_iterator_and_an_async_i
             history.close()
     assert seen == [(written[1], 1), (written[2], 2), (written[3], 3)]
 
-    async def follow():
+    async def follow() -> List[Any]:
         streamed = History(client, "f.", from_revision=written[0])
-        values = []
+        values: List[Any] = []
         async for event in streamed:
+            assert isinstance(event, Event)
             values.append(event.value)
             if len(values) == 4:
                 streamed.close()
