@@ -13,7 +13,7 @@ RUN_DIR ?= $(CURDIR)/.run
 # The C libraries; protoc, Python's zmq and protobuf and pytest for the interoperability test and
 # the Python client; strace and faketime for the tests of the unit's system calls and of
 # wall-clock steps; etcd for the etcd client's and fronts' tests, which start clusters of it.
-APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf python3-pytest strace faketime sqlite3 passwd util-linux iproute2 etcd-server etcd-client openssl python3-prometheus-client curl tmux
+APT_PACKAGES := libzmq3-dev libsqlite3-dev pkg-config protobuf-compiler python3-zmq python3-protobuf python3-pytest strace faketime sqlite3 passwd util-linux iproute2 etcd-server etcd-client openssl python3-prometheus-client curl tmux mypy python3-hatchling python3-pip
 
 .PHONY: help deps build release run test test-etcd test-race soak-core soak-follower soak-pub soak-etcd bench bench-daemon bench-core bench-client bench-peers bench-scale bench-flood bench-fuzz bench-compaction bench-crash bench-relay bench-etcd bench-python man completions install proto clean
 

@@ -250,11 +250,12 @@ class Mirror(Mapping[str, Entry]):
                 except Unavailable:
                     self._set_status(SYNCING if self._status != CONNECTING else CONNECTING)
                     self._stop.wait(0.1)  # the daemon is away: try again
-        except BaseException as error:  # anything else is a bug: say so to whoever waits
+        except BaseException as error:  # a refusal, or a bug: say so to whoever waits
             with self._lock:
                 self._error = error if isinstance(error, BeaconError) else BeaconError(f"the mirror stopped: {error!r}")
                 self._changed()
-            raise
+            if not isinstance(error, BeaconError):
+                raise  # a bug: its traceback too
         finally:
             if socket is not None:
                 socket.close(linger=0)
@@ -465,6 +466,8 @@ class Mirror(Mapping[str, Entry]):
                     if self._state.get(key) != entry:
                         self._state[key] = entry
                         changes[key] = entry
+            # Every revision before it was applied: what a reader sees now is complete through it.
+            self._revision = max(self._revision, revision)
         self.counters["revisions"] += 1
         return Update(revision, changes, resync=bool(pending.snapshots),
                       events=tuple(Event.from_wire(event) for event in events))

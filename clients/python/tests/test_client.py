@@ -251,16 +251,3 @@ def test_a_key_file_keeps_the_hash_signs_of_z85_keys(tmp_path: Path) -> None:
     path = tmp_path / "k.key"
     path.write_text(f"# a comment\npublic = {key}   # the public key\nsecret = {'#' * 40}\n")
     assert read_key_file(str(path)) == {"public": key, "secret": "#" * 40}
-
-
-def test_the_example_in_the_docs_runs_as_written(daemon: Daemon) -> None:
-    with open(os.path.join(HERE_REPO, "docs", "PYTHON.md"), encoding="utf-8") as file:
-        text = file.read()
-    example = text.split("```python\n", 1)[1].split("```", 1)[0]
-    environment = dict(os.environ, BEACON_RUNTIME_DIR=daemon.runtime_dir,
-                       PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    run = subprocess.run([sys.executable, "-c", example], env=environment, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
-    assert len(lines) == 3 and lines[0] == "0 {}" and lines[2] == "online", lines
-    assert lines[1].endswith("{'net.wifi.ssid': 'lab', 'app.mode': 'online'}"), "the transaction, whole, in one update"
