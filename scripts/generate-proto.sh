@@ -52,4 +52,4 @@ for file in "$etcd_out"/*.swift; do
 done
 echo "generated into $etcd_out"
 protoc --python_out=clients/python/beacon_signals --pyi_out=clients/python/beacon_signals -I proto proto/beacon.proto
-echo "generated clients/python/beacon_signals/beacon_pb2.py"
+echo "generated clients/python/beacon_signals/beacon_pb2.py and its type stub, beacon_pb2.pyi"

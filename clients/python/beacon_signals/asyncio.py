@@ -34,7 +34,7 @@ from . import beacon_pb2 as pb
 from . import operations as ops
 from .client import Client, RequestIDs, is_upstream_unavailable, request_socket, unavailable, write_unavailable
 from .endpoints import Endpoints
-from .errors import BeaconError, Refused
+from .errors import BeaconError
 from .mirror import History, Mirror, Update
 from .operations import (Entry, Event, HistoryPage, Outcome, PingInfo, Resync, SessionName, WriteID, WriteResult,
                          delete_op, put_op, write_id_bytes)
@@ -164,11 +164,7 @@ class AsyncClient:
         try:
             call = next(operation)
             while True:
-                reply = await self._perform(call)
-                if reply.WhichOneof("result") == "error":
-                    call = operation.throw(Refused(reply.error))
-                else:
-                    call = operation.send(reply)
+                call = ops.advance(operation, await self._perform(call))
         except StopIteration as done:
             result: T = done.value
             return result
@@ -280,15 +276,6 @@ class AsyncTransaction(ops.TransactionOps):
         super().__init__()
         self._client = client
 
-    def set(self, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False, ttl_ms: int = 0,
-            session: Optional[SessionName] = None) -> AsyncTransaction:
-        super().set(key, value, if_version=if_version, create_only=create_only, ttl_ms=ttl_ms, session=session)
-        return self
-
-    def delete(self, key: str, *, if_version: Optional[int] = None) -> AsyncTransaction:
-        super().delete(key, if_version=if_version)
-        return self
-
     async def commit(self, write_id: Optional[WriteID] = None) -> WriteResult:
         return await self._client._run(self._commit(write_id))
 
@@ -307,19 +294,6 @@ class AsyncBatch(ops.BatchOps):
     def __init__(self, client: AsyncClient) -> None:
         super().__init__()
         self._client = client
-
-    def set(self, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False, ttl_ms: int = 0,
-            session: Optional[SessionName] = None) -> AsyncBatch:
-        super().set(key, value, if_version=if_version, create_only=create_only, ttl_ms=ttl_ms, session=session)
-        return self
-
-    def delete(self, key: str, *, if_version: Optional[int] = None) -> AsyncBatch:
-        super().delete(key, if_version=if_version)
-        return self
-
-    def get(self, key: str) -> AsyncBatch:
-        super().get(key)
-        return self
 
     async def send(self) -> List[Outcome]:
         return await self._client._run(self._send())

@@ -13,7 +13,7 @@ import zmq
 from . import beacon_pb2 as pb
 from . import operations as ops
 from .endpoints import Endpoints, resolve
-from .errors import BeaconError, Refused, Unavailable
+from .errors import BeaconError, Unavailable
 from .operations import (Entry, Event, HistoryPage, Outcome, PingInfo, Resync, SessionName, WriteID, WriteResult,
                          delete_op, put_op, write_id_bytes)
 from .values import Value
@@ -184,11 +184,7 @@ class Client:
         try:
             call = next(operation)
             while True:
-                reply = self._perform(call)
-                if reply.WhichOneof("result") == "error":
-                    call = operation.throw(Refused(reply.error))
-                else:
-                    call = operation.send(reply)
+                call = ops.advance(operation, self._perform(call))
         except StopIteration as done:
             result: T = done.value
             return result
@@ -318,15 +314,6 @@ class Transaction(ops.TransactionOps):
         super().__init__()
         self._client = client
 
-    def set(self, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False, ttl_ms: int = 0,
-            session: Optional[SessionName] = None) -> Transaction:
-        super().set(key, value, if_version=if_version, create_only=create_only, ttl_ms=ttl_ms, session=session)
-        return self
-
-    def delete(self, key: str, *, if_version: Optional[int] = None) -> Transaction:
-        super().delete(key, if_version=if_version)
-        return self
-
     def commit(self, write_id: Optional[WriteID] = None) -> WriteResult:
         """Applies the operations at one revision, or raises :class:`Refused` and applies none."""
         return self._client._run(self._commit(write_id))
@@ -346,19 +333,6 @@ class Batch(ops.BatchOps):
     def __init__(self, client: Client) -> None:
         super().__init__()
         self._client = client
-
-    def set(self, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False, ttl_ms: int = 0,
-            session: Optional[SessionName] = None) -> Batch:
-        super().set(key, value, if_version=if_version, create_only=create_only, ttl_ms=ttl_ms, session=session)
-        return self
-
-    def delete(self, key: str, *, if_version: Optional[int] = None) -> Batch:
-        super().delete(key, if_version=if_version)
-        return self
-
-    def get(self, key: str) -> Batch:
-        super().get(key)
-        return self
 
     def send(self) -> List[Outcome]:
         """Each request's outcome, in order: a :class:`WriteResult`, an :class:`Entry` (None for

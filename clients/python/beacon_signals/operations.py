@@ -18,6 +18,8 @@ from .errors import Refused
 from .values import Value, from_wire, to_wire
 
 T = TypeVar("T")
+TxnT = TypeVar("TxnT", bound="TransactionOps")
+BatchT = TypeVar("BatchT", bound="BatchOps")
 
 CHANGE_KINDS = {pb.Change.PUT: "put", pb.Change.DELETE: "delete", pb.Change.EXPIRE: "expire"}
 
@@ -124,6 +126,14 @@ class PingInfo:
 
 #: One page of history: its events, the revision it is complete through, and whether more follow.
 HistoryPage = Tuple[List[Event], int, bool]
+
+
+def advance(operation: Operation[T], reply: pb.Reply) -> Call:
+    """Gives `operation` the reply to its last call (a refusal is raised in it) and returns its
+    next call; raises ``StopIteration`` with its result when it has one."""
+    if reply.WhichOneof("result") == "error":
+        return operation.throw(Refused(reply.error))
+    return operation.send(reply)
 
 
 def session_bytes(session: SessionName) -> bytes:
@@ -261,12 +271,14 @@ class TransactionOps:
         self._ops: List[pb.TxnOp] = []
         self._result: Optional[WriteResult] = None
 
-    def set(self, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False, ttl_ms: int = 0,
-            session: Optional[SessionName] = None) -> TransactionOps:
+    def set(self: TxnT, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False,
+            ttl_ms: int = 0, session: Optional[SessionName] = None) -> TxnT:
+        """Adds a put (the options as for :meth:`beacon_signals.Client.set`); returns the transaction."""
         self._ops.append(pb.TxnOp(put=put_op(key, value, if_version, create_only, ttl_ms, session)))
         return self
 
-    def delete(self, key: str, *, if_version: Optional[int] = None) -> TransactionOps:
+    def delete(self: TxnT, key: str, *, if_version: Optional[int] = None) -> TxnT:
+        """Adds a delete; returns the transaction."""
         self._ops.append(pb.TxnOp(delete=delete_op(key, if_version)))
         return self
 
@@ -299,23 +311,26 @@ class BatchOps:
         self._requests: List[pb.Request] = []
         self._kinds: List[str] = []
 
-    def _add(self, kind: str, **fields: Any) -> BatchOps:
+    def _add(self: BatchT, kind: str, **fields: Any) -> BatchT:
         self._requests.append(pb.Request(id=len(self._requests) + 1, **fields))
         self._kinds.append(kind)
         return self
 
-    def set(self, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False, ttl_ms: int = 0,
-            session: Optional[SessionName] = None) -> BatchOps:
+    def set(self: BatchT, key: str, value: Value, *, if_version: Optional[int] = None, create_only: bool = False,
+            ttl_ms: int = 0, session: Optional[SessionName] = None) -> BatchT:
+        """Adds a write (with a write id of its own); returns the batch."""
         put = put_op(key, value, if_version, create_only, ttl_ms, session)
         put.write_id = os.urandom(16)
         return self._add("write", put=put)
 
-    def delete(self, key: str, *, if_version: Optional[int] = None) -> BatchOps:
+    def delete(self: BatchT, key: str, *, if_version: Optional[int] = None) -> BatchT:
+        """Adds a delete; returns the batch."""
         delete = delete_op(key, if_version)
         delete.write_id = os.urandom(16)
         return self._add("write", delete=delete)
 
-    def get(self, key: str) -> BatchOps:
+    def get(self: BatchT, key: str) -> BatchT:
+        """Adds a read; returns the batch."""
         return self._add("get", get=pb.Get(key=key))
 
     def _send(self) -> Operation[List[Outcome]]:

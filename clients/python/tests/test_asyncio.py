@@ -15,7 +15,7 @@ from beacon_signals import Entry, Event, Mirror, Refused, Resync, Update, WriteR
 from beacon_signals import beacon_pb2 as pb
 from beacon_signals.asyncio import AsyncClient, AsyncMirror
 
-from conftest import Daemon, must, wait_for
+from conftest import Daemon, must
 
 T = TypeVar("T")
 

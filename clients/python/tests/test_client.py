@@ -4,11 +4,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import pytest
 
@@ -16,7 +15,7 @@ from beacon_signals import Client, ConfigurationError, Entry, Refused, Unavailab
 from beacon_signals import beacon_pb2 as pb
 from beacon_signals.endpoints import resolve
 
-from conftest import BIN_DIR, REPO as HERE_REPO, Daemon, must, wait_for
+from conftest import BIN_DIR, Daemon, must, wait_for
 
 
 def test_writes_reads_and_versions(daemon: Daemon) -> None:

@@ -6,14 +6,14 @@ it is synced only once it shows this daemon's state."""
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict
 
 import pytest
 
 from beacon_signals import LIVE, Client, ConfigurationError, History, Mirror
 from beacon_signals.endpoints import resolve
 
-from conftest import Daemon, wait_for
+from conftest import Daemon
 
 
 def test_with_only_beacon_endpoint_set_a_mirror_sees_live_changes(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
