@@ -18,46 +18,21 @@ import Logging
 /// front's acknowledged write wrote the clock at or below it (``ConsistentReads``). It is answered
 /// once the watch has brought this front through that revision and the journal holds it. Loop
 /// thread only.
-final class EtcdFront: WriteAuthority {
-    /// A request that waits behind its connection's writes.
-    struct WaitingRequest {
-        var request: Beacon_V1_Request
-        var route: ReplyRoute
-        var inBatch: Bool
-        var context: RequestContext
+final class EtcdFront: ForwardingAuthority {
+    /// What a write or `KeepAlive` on its way to etcd is.
+    enum Work {
+        case write(EtcdWritePlan)
+        /// A session (in its writer's namespace) renewed for a time, or ended (0).
+        case keepAlive(session: [UInt8], ttlMilliseconds: UInt64)
     }
 
-    /// A write or `KeepAlive` on its way to etcd: where its answer goes.
-    struct Pending {
-        enum Work {
-            case write(EtcdWritePlan)
-            /// A session (in its writer's namespace) renewed for a time, or ended (0).
-            case keepAlive(session: [UInt8], ttlMilliseconds: UInt64)
-        }
-
-        var connection: RoutingID
-        var ticket: HoldTicket
-        /// The client's request id.
-        var id: UInt64
-        var work: Work
-        /// The client's write id, as it sent it.
-        var clientWriteID: Data
-    }
+    typealias Pending = ForwardedRequest<Work>
 
     /// A key that expires: when (wall-clock Unix ms, as `expires_at_ms` says), and its write.
     struct Expiry {
         var key: String
         var modRevision: UInt64
         var expiresAtMilliseconds: UInt64
-    }
-
-    /// A write etcd applied, waiting for this front's journal to show it.
-    struct Applied {
-        var connection: RoutingID
-        var ticket: HoldTicket
-        var reply: Beacon_V1_Reply
-        /// A retry of a write applied earlier: its versions are read from the journal once shown.
-        var replayedRevision: UInt64?
     }
 
     let link: EtcdLink
@@ -69,13 +44,9 @@ final class EtcdFront: WriteAuthority {
     /// Writes sent, by token; at most one per connection.
     private var sent: [UInt64: Pending] = [:]
     private var nextToken: UInt64 = 1
-    private var order = ForwardingOrder<WaitingRequest>(pipelinesForwarded: false)
-    private var fences = WriteFences()
-    private var awaitingJournal = MirrorWaiters<Applied>()
-    /// Consistent reads, and how far the journal holds what the watch reported (etcd revisions).
-    private var reads = ConsistentReads<WaitingRequest>()
-    /// The token of the read index being learned.
-    private var readIndexToken: UInt64?
+    /// Requests behind writes to etcd, write fences, consistent reads (against etcd revisions).
+    let gate: ForwardingGate
+    private var awaitingJournal = MirrorWaiters<HeldAnswer>()
     /// Keys with a time to live, by expiry. Keyed by wall-clock milliseconds, not monotonic ones:
     /// `expires_at_ms` is the same at every front, and any of them may expire the key.
     private var expiries = TimerQueue<Expiry>()
@@ -101,6 +72,7 @@ final class EtcdFront: WriteAuthority {
                             lastCommitMilliseconds: lastCommit, sessionTTLMilliseconds: sessionTTLMilliseconds, logger: logger)
         self.logger = logger
         clock = writes.clock
+        gate = ForwardingGate(pipelinesForwarded: false, forwardedWhat: "its writes to etcd", clock: writes.clock)
         if resumable { scheduleExpiries(of: writes.store) }
     }
 
@@ -155,7 +127,7 @@ final class EtcdFront: WriteAuthority {
                     lastHeardMilliseconds = host.writes.clock.wallMilliseconds()
                 }
             case .followed(let through):
-                reads.followed(through: through, stagedHead: host.writes.headRevision)
+                gate.followed(through: through, stagedHead: host.writes.headRevision)
             case .readIndex(let token, let result):
                 learnedReadIndex(token: token, result, host: host)
             }
@@ -167,20 +139,8 @@ final class EtcdFront: WriteAuthority {
     /// Hands back, in order, the requests of connections whose writes were all answered; sends
     /// the expiries that are due.
     func finishPass(host: some AuthorityHost) {
-        let nowMonotonic = clock.now().milliseconds
-        for read in reads.takeExpired(now: nowMonotonic) {
-            refuseRead(read, Refusal(.upstreamUnavailable, "this front's copy did not reach etcd's revision within "
-                + "\(ConsistentReads<WaitingRequest>.patienceMilliseconds) ms: retry, or read without consistent"), host: host)
-        }
-        for (read, readIndex) in reads.takeReady() {
-            order.answered(for: read.route.connection)
-            var context = read.context
-            context.readIndex = readIndex
-            host.handle(read.request, route: read.route, inBatch: read.inBatch, replaying: true, context: context)
-        }
-        while let next = order.nextToHandBack() {
-            host.handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true, context: next.context)
-        }
+        gate.handBack(expired: Refusal(.upstreamUnavailable, "this front's copy did not reach etcd's revision within "
+            + "\(ForwardingGate.readPatienceMilliseconds) ms: retry, or read without consistent"), host: host)
         let now = host.writes.clock.wallMilliseconds()
         while let (expiry, _) = expiries.popDue(at: MonotonicTime(milliseconds: now)) {
             // Only as of the key's write now: a later write set another expiry, or none.
@@ -199,12 +159,8 @@ final class EtcdFront: WriteAuthority {
             let now = clock.wallMilliseconds()
             timeout = next > now ? Int(min(next - now, 60_000)) : 0
         }
-        if let deadline = reads.nextDeadline {
-            let now = clock.now().milliseconds
-            timeout = min(timeout ?? .max, deadline > now ? Int(deadline - now) : 0)
-        }
-        if reads.hasReady { timeout = 0 }
-        return timeout
+        guard let reads = gate.pollTimeoutMilliseconds else { return timeout }
+        return min(timeout ?? .max, reads)
     }
 
     func committed(host: some AuthorityHost) { journalAdvanced(host: host) }
@@ -219,10 +175,8 @@ final class EtcdFront: WriteAuthority {
 
     /// Answers every write still waiting (it may have been applied), then the requests behind them.
     func shutDown(host: some AuthorityHost) {
-        while !sent.isEmpty || !awaitingJournal.isEmpty || order.hasDue || !reads.isEmpty {
-            for read in reads.takeAll() {
-                refuseRead(read, Refusal(.upstreamUnavailable, "the front stopped before it could answer a consistent read: retry"), host: host)
-            }
+        while !sent.isEmpty || !awaitingJournal.isEmpty || gate.holdsRequests {
+            gate.refuseEveryRead(Refusal(.upstreamUnavailable, "the front stopped before it could answer a consistent read: retry"), host: host)
             for token in sent.keys.sorted() {
                 if case .keepAlive = sent[token]?.work {
                     answerKeepAlive(token: token, .failure(.etcd(EtcdError(.closed, "the front stopped"))), host: host)
@@ -230,13 +184,9 @@ final class EtcdFront: WriteAuthority {
                     answer(token: token, .failure(.etcd(EtcdError(.closed, "the front stopped"))), host: host)
                 }
             }
-            for (entry, revision) in awaitingJournal.takeAll() {
-                var answer = Beacon_V1_Reply()
-                answer.id = entry.reply.id
-                answer.error = Refusal(.upstreamUnavailable, "the front stopped before its journal showed revision \(revision), "
-                    + "which etcd applied; retry with the same write_id").wire(headRevision: host.writes.durableRevision)
-                host.writes.fill(entry.ticket, with: answer)
-                order.answered(for: entry.connection)
+            gate.refuse(awaitingJournal.takeAll(), host: host) { revision in
+                Refusal(.upstreamUnavailable, "the front stopped before its journal showed revision \(revision), which etcd applied; "
+                    + "retry with the same write_id")
             }
             finishPass(host: host)
         }
@@ -258,7 +208,7 @@ final class EtcdFront: WriteAuthority {
         }
         writes.forgetWriteIDs()
         scheduleExpiries(of: writes.store)
-        reads.journalReplaced(at: revision)
+        gate.journalReplaced(at: revision)
         logger.notice("the front took the cluster's state", metadata: [
             "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
         host.historyReplaced(at: revision)
@@ -269,7 +219,7 @@ final class EtcdFront: WriteAuthority {
     /// whose read index it now holds are handed back.
     private func journalAdvanced(host: some AuthorityHost) {
         let writes = host.writes
-        reads.journalDurable(through: writes.durableRevision)
+        gate.journalDurable(through: writes.durableRevision)
         for var entry in awaitingJournal.takeShown(journalEpoch: writes.epoch, upstreamEpoch: writes.epoch,
                                                    durableRevision: writes.durableRevision) {
             if let revision = entry.replayedRevision {
@@ -278,78 +228,36 @@ final class EtcdFront: WriteAuthority {
                 entry.reply.write.versions = versions
             }
             writes.fill(entry.ticket, with: entry.reply)
-            answered(entry.connection, host: host)
+            gate.answered(entry.connection)
         }
     }
 
     // MARK: Requests
 
-    func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
-                   host: some AuthorityHost) -> Bool {
-        let connection = route.connection
-        let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
-        let consistent = context.readIndex == nil && request.asksForConsistentRead
-        switch order.admit(waiting, of: connection, isForwarded: Self.isWrite(request) || consistent,
-                           bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
-                           boundBytes: host.perConnectionBytes, handedBack: replaying) {
-        case .now:
-            guard consistent else { return false }
-            startConsistentRead(waiting, host: host)
-            return true
-        case .waits:
-            return true
-        case .overBound(let held):
-            host.closeConnection(connection, pilingUp: held,
-                                 reason: "requests waiting behind its writes to etcd passed reply_buffer_bytes (\(host.perConnectionBytes))")
-            return true
-        }
-    }
-
     // MARK: Consistent reads
 
-    /// Asks etcd for `read`'s read index (shared with the reads that arrive while it is asked
-    /// for); the read keeps its connection's place until it is answered.
-    private func startConsistentRead(_ read: WaitingRequest, host: some AuthorityHost) {
-        guard reachable else {
-            return host.refuse(read.request.id, Refusal(.upstreamUnavailable, "no member of \(link.clusterName) with a leader answers "
-                + "this front, so it cannot tell which writes other fronts acknowledged: retry, or read without consistent"),
-                route: read.route, dependsOnStaged: false)
-        }
-        order.forwarded(by: read.route.connection)
-        if reads.add(read, now: clock.now().milliseconds) { askReadIndex() }
+    /// Asks for `read`'s read index (etcd's commit clock, shared with the reads that arrive while
+    /// it is asked for), unless no member with a leader answers.
+    func startConsistentRead(_ read: ForwardingGate.WaitingRequest, host: some AuthorityHost) {
+        let unreachable = reachable ? nil : Refusal(.upstreamUnavailable, "no member of \(link.clusterName) with a leader "
+            + "answers this front, so it cannot tell which writes other fronts acknowledged: retry, or read without consistent")
+        gate.start(read, unlessRefused: unreachable, host: host, askReadIndex: askReadIndex)
     }
 
     private func askReadIndex() {
         let token = nextToken
         nextToken += 1
-        readIndexToken = token
+        gate.askingReadIndex(token: token)
         link.readIndex(token: token)
     }
 
     private func learnedReadIndex(token: UInt64, _ result: Result<UInt64, EtcdError>, host: some AuthorityHost) {
-        guard token == readIndexToken else { return }
-        readIndexToken = nil
-        let (failed, askAgain) = reads.learned(try? result.get())
-        if case .failure(let error) = result {
-            for read in failed {
-                refuseRead(read, Refusal(.upstreamUnavailable, "etcd did not tell this front its revision (\(error.message)): "
-                    + "retry, or read without consistent"), host: host)
-            }
+        guard gate.isReadIndex(token) else { return }
+        let refusal = { () -> Refusal in
+            guard case .failure(let error) = result else { return Refusal(.upstreamUnavailable, "etcd gave no revision: retry") }
+            return Refusal(.upstreamUnavailable, "etcd did not tell this front its revision (\(error.message)): retry, or read without consistent")
         }
-        if askAgain { askReadIndex() }
-    }
-
-    /// Answers a consistent read with `refusal`; its connection's later requests go on.
-    private func refuseRead(_ read: WaitingRequest, _ refusal: Refusal, host: some AuthorityHost) {
-        host.refuse(read.request.id, refusal, route: read.route, dependsOnStaged: false)
-        order.answered(for: read.route.connection)
-    }
-
-    private static func isWrite(_ request: Beacon_V1_Request) -> Bool {
-        switch request.op {
-        case .put, .delete, .txn, .keepAlive: true
-        default: false
-        }
+        if gate.learnedReadIndex(try? result.get(), refusal: refusal(), host: host) { askReadIndex() }
     }
 
     /// Sends a write to etcd once this front's rules and limits allow it; its reply keeps its
@@ -357,7 +265,7 @@ final class EtcdFront: WriteAuthority {
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
         guard let op = request.op else { return }
         let connection = route.connection
-        let work: Pending.Work
+        let work: Work
         let clientWriteID: Data
         do throws(Refusal) {
             if case .keepAlive(let keepAlive) = op {
@@ -373,17 +281,13 @@ final class EtcdFront: WriteAuthority {
                 }
                 guard reachable else { throw unreachable() }
                 work = .keepAlive(session: context.owned(Array(keepAlive.session)), ttlMilliseconds: UInt64(keepAlive.ttlMs))
-                return send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work,
-                                    clientWriteID: clientWriteID), host: host)
+                return send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id,
+                                    clientWriteID: clientWriteID, work: work), host: host)
             }
             var (ops, writeID) = try Self.operations(of: op)
             clientWriteID = writeID
             try check(ops, writeID: writeID, context: context, host: host)
-            if !writeID.isEmpty, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds,
-                                                answersHeld: order.unanswered[connection] != nil) {
-                throw Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
-                    + "so this one was not sent (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
-            }
+            if let fenced = gate.fenceRefusal(connection, writeID: writeID) { throw fenced }
             guard reachable else { throw unreachable() }
             for index in ops.indices {
                 if case .put(let value, let createOnly, let ttl, let session) = ops[index].action, !session.isEmpty {
@@ -392,12 +296,10 @@ final class EtcdFront: WriteAuthority {
             }
             work = .write(try EtcdWritePlan(ops: ops, writeID: writeID.isEmpty ? [] : context.owned(Array(writeID)), layout: link.layout))
         } catch {
-            if error.code == .upstreamUnavailable, case .some(let id) = Self.writeID(of: op), !id.isEmpty {
-                fences.unavailable(connection, writeID: id, at: host.writes.clock.now().milliseconds)
-            }
+            if error.code == .upstreamUnavailable, let id = ForwardingGate.writeID(of: op) { gate.answeredUnavailable(connection, writeID: id) }
             return host.refuse(request.id, error, route: route, dependsOnStaged: false)
         }
-        send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, work: work, clientWriteID: clientWriteID),
+        send(Pending(connection: connection, ticket: host.writes.hold(route), id: request.id, clientWriteID: clientWriteID, work: work),
              host: host)
     }
 
@@ -408,7 +310,7 @@ final class EtcdFront: WriteAuthority {
 
     /// Sends `pending` (the connection's only one in flight: its later writes wait in `order`).
     private func send(_ pending: Pending, host: some AuthorityHost) {
-        order.forwarded(by: pending.connection)
+        gate.forwarded(by: pending.connection)
         writesForwarded += 1
         let token = nextToken
         nextToken += 1
@@ -443,30 +345,13 @@ final class EtcdFront: WriteAuthority {
         }
     }
 
-    private static func writeID(of op: Beacon_V1_Request.OneOf_Op) -> Data? {
-        switch op {
-        case .put(let put): put.writeID
-        case .delete(let delete): delete.writeID
-        case .txn(let txn): txn.writeID
-        default: nil
-        }
-    }
-
     /// This front's rights and limits, and the protocol's own limits, as a primary checks them.
     private func check(_ ops: [WriteOp], writeID: Data, context: RequestContext, host: some AuthorityHost) throws(Refusal) {
         if writeID.count > WireLimits.maxWriteIDBytes {
             throw Refusal(.invalidArgument, "write_id is \(writeID.count) bytes; the limit is \(WireLimits.maxWriteIDBytes)")
         }
         try host.checkWrite(ops, context: context)
-        if let problem = WriteOp.countProblem(ops.count) {
-            throw WritePath.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
-        }
-        for index in ops.indices {
-            if let problem = ops[index].inputProblem ?? ops[index].limitProblem {
-                throw WritePath.rejection(problem.code, problem.message, key: ops[index].key, index: index, current: 0,
-                                          operations: ops.count)
-            }
-        }
+        try ForwardingGate.checkLimits(of: ops)
     }
 
     /// Answers a write with etcd's outcome: applied (once the journal shows it), refused, or —
@@ -487,20 +372,20 @@ final class EtcdFront: WriteAuthority {
                     $0.revision = revision
                     $0.versions = versions
                 }
-                awaitingJournal.add(Applied(connection: pending.connection, ticket: pending.ticket, reply: reply), epoch: writes.epoch,
+                awaitingJournal.add(HeldAnswer(connection: pending.connection, ticket: pending.ticket, reply: reply), epoch: writes.epoch,
                                     revision: revision)
             case .replayed(let revision):
                 reply.write = .with {
                     $0.revision = revision
                     $0.replayed = plan.isClientsWriteID
                 }
-                awaitingJournal.add(Applied(connection: pending.connection, ticket: pending.ticket, reply: reply, replayedRevision: revision),
+                awaitingJournal.add(HeldAnswer(connection: pending.connection, ticket: pending.ticket, reply: reply, replayedRevision: revision),
                                     epoch: writes.epoch, revision: revision)
             case .refused(let refusal):
                 host.countRejected(1)
                 reply.error = refusal.wire(headRevision: writes.durableRevision)
                 writes.fill(pending.ticket, with: reply)
-                answered(pending.connection, host: host)
+                gate.answered(pending.connection)
             }
             journalAdvanced(host: host)
         case .failure(let failure):
@@ -516,10 +401,8 @@ final class EtcdFront: WriteAuthority {
             }
             reply.error = refusal.wire(headRevision: writes.durableRevision)
             writes.fill(pending.ticket, with: reply)
-            if refusal.code == .upstreamUnavailable, !pending.clientWriteID.isEmpty {
-                fences.unavailable(pending.connection, writeID: pending.clientWriteID, at: writes.clock.now().milliseconds)
-            }
-            answered(pending.connection, host: host)
+            if refusal.code == .upstreamUnavailable { gate.answeredUnavailable(pending.connection, writeID: pending.clientWriteID) }
+            gate.answered(pending.connection)
         }
     }
 
@@ -540,18 +423,12 @@ final class EtcdFront: WriteAuthority {
                 .wire(headRevision: host.writes.durableRevision)
         }
         host.writes.fill(pending.ticket, with: reply)
-        answered(pending.connection, host: host)
+        gate.answered(pending.connection)
     }
 
     private static func sessionLimitRefusal(_ limit: Int, host: some AuthorityHost) -> Refusal {
         host.countQuotaExceeded()
         return Refusal(.quotaExceeded, "this peer holds \(limit) sessions in etcd (sessions_per_peer)")
-    }
-
-    /// A write of `connection` was answered; once none is left, a fence counts its hold from now.
-    private func answered(_ connection: RoutingID, host: some AuthorityHost) {
-        order.answered(for: connection)
-        if order.unanswered[connection] == nil { fences.answersGiven(connection, at: host.writes.clock.now().milliseconds) }
     }
 
     // MARK: Reporting

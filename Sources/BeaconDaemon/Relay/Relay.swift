@@ -15,52 +15,22 @@ import Logging
 /// upstream answers once it holds every write acknowledged anywhere before it) and is answered
 /// once the relay's journal holds everything it carries through that revision
 /// (``ConsistentReads``). Loop thread only.
-final class Relay: WriteAuthority {
-    /// A request that waits behind its connection's forwarded ones.
-    struct WaitingRequest {
-        var request: Beacon_V1_Request
-        var route: ReplyRoute
-        var inBatch: Bool
-        var context: RequestContext
-    }
-
-    /// A forwarded request waiting for the upstream's answer: where the answer goes.
-    struct Forwarded {
-        var connection: RoutingID
-        var ticket: HoldTicket
-        /// The client's request id.
-        var id: UInt64
-        /// The client's write id (empty for a `KeepAlive`, or a write without one).
-        var writeID: Data
-    }
-
-    /// An answered write waiting for this relay's journal to show it.
-    struct Answered {
-        var connection: RoutingID
-        var ticket: HoldTicket
-        var reply: Beacon_V1_Reply
-    }
-
+final class Relay: ForwardingAuthority {
     let link: UpstreamLink
     /// Client write ids and sessions, as sent upstream.
     private let ids: ForwardedIDs
     /// What the link last reported.
     private var status = UpstreamLink.Status()
     /// Forwarded requests by token.
-    private var forwarded: [UInt64: Forwarded] = [:]
+    private var forwarded: [UInt64: ForwardedRequest<Void>] = [:]
     private var nextToken: UInt64 = 1
-    private var order = ForwardingOrder<WaitingRequest>()
-    private var fences = WriteFences()
-    private var awaitingMirror = MirrorWaiters<Answered>()
+    /// Requests behind forwarded ones, write fences, consistent reads (against upstream revisions).
+    let gate: ForwardingGate
+    private var awaitingMirror = MirrorWaiters<HeldAnswer>()
     private(set) var writesForwarded: UInt64 = 0
     var servesConsistentReads: Bool { true }
-    /// Consistent reads, and how far the journal holds what this relay carries (upstream revisions).
-    private var reads = ConsistentReads<WaitingRequest>()
-    /// The token of the read index being learned.
-    private var readIndexToken: UInt64?
     /// What the link last reported complete (``UpstreamLink/completeThrough``).
     private var lastCompleteThrough: UInt64 = 0
-    private let clock: any DaemonClock
 
     /// Opens the link to `settings`' upstream, resuming from what `writes`' journal holds of it
     /// (the link finds out with its first delta whether it is the same), or taking it anew.
@@ -71,9 +41,9 @@ final class Relay: WriteAuthority {
         guard let publish = settings.resolvedPublishEndpoint else {
             throw DaemonError(.startup, "upstream_publish is needed for \(settings.requestEndpoint)")
         }
+        gate = ForwardingGate(pipelinesForwarded: true, forwardedWhat: "its forwarded writes", clock: writes.clock)
         do {
             ids = try ForwardedIDs(keyFile: idKeyPath)
-            clock = writes.clock
         } catch {
             throw DaemonError(.startup, "cannot keep the relay's write id key at \(idKeyPath): \(error)")
         }
@@ -110,12 +80,7 @@ final class Relay: WriteAuthority {
     var socketGeneration: Int { link.requests.socketChanges }
 
     var pollTimeoutMilliseconds: Int? {
-        var timeout = link.timeoutMilliseconds
-        if let deadline = reads.nextDeadline {
-            let now = clock.now().milliseconds
-            timeout = min(timeout, deadline > now ? Int(deadline - now) : 0)
-        }
-        return reads.hasReady ? 0 : timeout
+        min(link.timeoutMilliseconds, gate.pollTimeoutMilliseconds ?? .max)
     }
 
     /// Does what the link's sockets and deadlines call for, and takes what it reported:
@@ -131,7 +96,7 @@ final class Relay: WriteAuthority {
                 staged = stageMirrored(epoch: epoch, revisions, host: host) || staged
             case .reset(let epoch, let revision, let steps):
                 replaceWithUpstream(epoch: epoch, revision: revision, steps: steps, host: host)
-            case .answered(let token, let reply) where token == readIndexToken:
+            case .answered(let token, let reply) where gate.isReadIndex(token):
                 learnedReadIndex(reply, host: host)
             case .answered(let token, let reply):
                 answerForwarded(token: token, reply, host: host)
@@ -144,7 +109,7 @@ final class Relay: WriteAuthority {
         let complete = link.completeThrough
         if complete > lastCompleteThrough {
             lastCompleteThrough = complete
-            reads.followed(through: complete, stagedHead: host.writes.headRevision)
+            gate.followed(through: complete, stagedHead: host.writes.headRevision)
             mirrorAdvanced(host: host)
         }
     }
@@ -152,19 +117,8 @@ final class Relay: WriteAuthority {
     /// Hands back, in order, the requests of the connections whose forwarded requests were all
     /// answered, until one of them must wait again.
     func finishPass(host: some AuthorityHost) {
-        for read in reads.takeExpired(now: host.writes.clock.now().milliseconds) {
-            refuseRead(read, Refusal(.upstreamUnavailable, "this relay's copy did not reach its upstream's revision within "
-                + "\(ConsistentReads<WaitingRequest>.patienceMilliseconds) ms: retry, or read without consistent"), host: host)
-        }
-        for (read, readIndex) in reads.takeReady() {
-            order.answered(for: read.route.connection, barrier: true)
-            var context = read.context
-            context.readIndex = readIndex
-            host.handle(read.request, route: read.route, inBatch: read.inBatch, replaying: true, context: context)
-        }
-        while let next = order.nextToHandBack() {
-            host.handle(next.request, route: next.route, inBatch: next.inBatch, replaying: true, context: next.context)
-        }
+        gate.handBack(expired: Refusal(.upstreamUnavailable, "this relay's copy did not reach its upstream's revision within "
+            + "\(ForwardingGate.readPatienceMilliseconds) ms: retry, or read without consistent"), host: host)
     }
 
     func committed(host: some AuthorityHost) { mirrorAdvanced(host: host) }
@@ -177,18 +131,12 @@ final class Relay: WriteAuthority {
     /// Answers every forwarded request still waiting, and then the requests that waited behind
     /// them (which may forward more: answered the same way); closes the link.
     func shutDown(host: some AuthorityHost) {
-        while !forwarded.isEmpty || !awaitingMirror.isEmpty || order.hasDue || !reads.isEmpty {
-            for read in reads.takeAll() {
-                refuseRead(read, Refusal(.upstreamUnavailable, "the relay stopped before it could answer a consistent read: retry"), host: host)
-            }
+        while !forwarded.isEmpty || !awaitingMirror.isEmpty || gate.holdsRequests {
+            gate.refuseEveryRead(Refusal(.upstreamUnavailable, "the relay stopped before it could answer a consistent read: retry"), host: host)
             for token in forwarded.keys.sorted() { answerForwarded(token: token, nil, host: host) }
-            for (entry, revision) in awaitingMirror.takeAll() {
-                var answer = Beacon_V1_Reply()
-                answer.id = entry.reply.id
-                answer.error = Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(revision), "
-                    + "which the upstream applied; retry with the same write_id").wire(headRevision: host.writes.durableRevision)
-                host.writes.fill(entry.ticket, with: answer)
-                order.answered(for: entry.connection)
+            gate.refuse(awaitingMirror.takeAll(), host: host) { revision in
+                Refusal(.upstreamUnavailable, "the relay stopped before it received revision \(revision), which the upstream applied; "
+                    + "retry with the same write_id")
             }
             finishPass(host: host)
         }
@@ -281,7 +229,7 @@ final class Relay: WriteAuthority {
             return
         }
         writes.forgetWriteIDs()
-        reads.journalReplaced(at: revision)
+        gate.journalReplaced(at: revision)
         lastCompleteThrough = 0
         host.logger.notice("the relay took the upstream's state", metadata: [
             "epoch": "\(epoch)", "epoch.before": "\(previousEpoch)", "revision": "\(revision)", "keys": "\(writes.store.count)"])
@@ -292,63 +240,37 @@ final class Relay: WriteAuthority {
     /// The relay's journal advanced, or the upstream's epoch changed: acknowledged writes it now
     /// shows are answered.
     private func mirrorAdvanced(host: some AuthorityHost) {
-        reads.journalDurable(through: host.writes.durableRevision)
+        gate.journalDurable(through: host.writes.durableRevision)
         let shown = awaitingMirror.takeShown(journalEpoch: host.writes.epoch, upstreamEpoch: link.upstreamEpoch,
                                              durableRevision: host.writes.durableRevision)
         for entry in shown {
             host.writes.fill(entry.ticket, with: entry.reply)
-            answered(entry.connection, host: host)
+            gate.answered(entry.connection)
         }
     }
 
     // MARK: Requests
 
-    func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
-                   host: some AuthorityHost) -> Bool {
-        let connection = route.connection
-        let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
-        switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request),
-                           bytes: ((try? request.serializedBytes()) as [UInt8]?)?.count ?? 0,
-                           boundBytes: host.perConnectionBytes, handedBack: replaying) {
-        case .now:
-            guard context.readIndex == nil && request.asksForConsistentRead else { return false }
-            startConsistentRead(waiting, host: host)
-            return true
-        case .waits:
-            return true
-        case .overBound(let held):
-            host.closeConnection(connection, pilingUp: held,
-                                 reason: "requests waiting behind its forwarded writes passed reply_buffer_bytes (\(host.perConnectionBytes))")
-            return true
-        }
-    }
-
     // MARK: Consistent reads
 
-    /// Asks the upstream for `read`'s read index (shared with the reads that arrive while it is
-    /// asked for); the read keeps its connection's place, and nothing the connection sends after
-    /// it is forwarded ahead of it, until it is answered.
-    private func startConsistentRead(_ read: WaitingRequest, host: some AuthorityHost) {
-        guard status.reachable else {
-            return host.refuse(read.request.id, Refusal(.upstreamUnavailable, "this relay cannot reach its upstream, \(link.endpoint.request), "
-                + "so it cannot tell which writes were acknowledged there: retry, or read without consistent"),
-                route: read.route, dependsOnStaged: false)
-        }
-        order.forwarded(by: read.route.connection, barrier: true)
-        if reads.add(read, now: host.writes.clock.now().milliseconds) { askReadIndex(host: host) }
+    /// Asks for `read`'s read index (the upstream's `Ping{sync}`, shared with the reads that arrive while
+    /// it is asked for), unless the upstream is out of reach.
+    func startConsistentRead(_ read: ForwardingGate.WaitingRequest, host: some AuthorityHost) {
+        let unreachable = status.reachable ? nil : Refusal(.upstreamUnavailable, "this relay cannot reach its upstream, "
+            + "\(link.endpoint.request), so it cannot tell which writes were acknowledged there: retry, or read without consistent")
+        gate.start(read, unlessRefused: unreachable, host: host) { askReadIndex(host: host) }
     }
 
     private func askReadIndex(host: some AuthorityHost) {
         let token = nextToken
         nextToken += 1
-        readIndexToken = token
+        gate.askingReadIndex(token: token)
         if !link.forward(token: token, .ping(.with { $0.sync = true })) { learnedReadIndex(nil, host: host) }
     }
 
     /// The upstream's answer to the read index asked for: its `read_revision` (its head, from a
     /// primary that predates consistent reads: a primary's reads all are).
     private func learnedReadIndex(_ reply: Beacon_V1_Reply?, host: some AuthorityHost) {
-        readIndexToken = nil
         var refusal = Refusal(.upstreamUnavailable, "no read index from this relay's upstream within \(UpstreamLink.forwardTimeoutMilliseconds) ms: retry")
         var readIndex: UInt64?
         switch reply?.result {
@@ -364,23 +286,8 @@ final class Relay: WriteAuthority {
         default:
             break
         }
-        let (failed, askAgain) = reads.learned(readIndex)
-        for read in failed { refuseRead(read, refusal, host: host) }
-        if askAgain { askReadIndex(host: host) }
+        if gate.learnedReadIndex(readIndex, refusal: refusal, host: host) { askReadIndex(host: host) }
         mirrorAdvanced(host: host)
-    }
-
-    /// Answers a consistent read with `refusal`; its connection's later requests go on.
-    private func refuseRead(_ read: WaitingRequest, _ refusal: Refusal, host: some AuthorityHost) {
-        host.refuse(read.request.id, refusal, route: read.route, dependsOnStaged: false)
-        order.answered(for: read.route.connection, barrier: true)
-    }
-
-    private static func isForwarded(_ request: Beacon_V1_Request) -> Bool {
-        switch request.op {
-        case .put, .delete, .txn, .keepAlive: true
-        default: false
-        }
     }
 
     func refusesRead(of keyOrPrefix: String, host: some AuthorityHost) -> Refusal? {
@@ -404,37 +311,21 @@ final class Relay: WriteAuthority {
     func decide(_ request: Beacon_V1_Request, route: ReplyRoute, context: RequestContext, host: some AuthorityHost) {
         guard var op = request.op else { return }
         let connection = route.connection
-        let writeID = Self.writeID(of: op)
+        let writeID = ForwardingGate.writeID(of: op)
         do throws(Refusal) {
             try checkForwardable(&op, context: context, host: host)
-            if let writeID, !fences.admits(connection, writeID: writeID, at: host.writes.clock.now().milliseconds,
-                                           answersHeld: order.unanswered[connection] != nil) {
-                throw Refusal(.upstreamUnavailable, "an earlier write of this connection was answered UPSTREAM_UNAVAILABLE, "
-                    + "so this one was not forwarded (it would have been applied ahead of it): send the earlier ones again first, with their write ids")
-            }
+            if let writeID, let fenced = gate.fenceRefusal(connection, writeID: writeID) { throw fenced }
         } catch {
-            if let writeID, error.code == .upstreamUnavailable {
-                fences.unavailable(connection, writeID: writeID, at: host.writes.clock.now().milliseconds)
-            }
+            if let writeID, error.code == .upstreamUnavailable { gate.answeredUnavailable(connection, writeID: writeID) }
             return host.refuse(request.id, error, route: route, dependsOnStaged: false)
         }
         let ticket = host.writes.hold(route)
         let token = nextToken
         nextToken += 1
-        forwarded[token] = Forwarded(connection: connection, ticket: ticket, id: request.id, writeID: writeID ?? Data())
-        order.forwarded(by: connection)
+        forwarded[token] = ForwardedRequest(connection: connection, ticket: ticket, id: request.id, clientWriteID: writeID ?? Data(), work: ())
+        gate.forwarded(by: connection)
         writesForwarded += 1
         if !link.forward(token: token, op) { answerForwarded(token: token, nil, host: host) }
-    }
-
-    /// The write id of a write as its client sent it; nil for what is not a write.
-    private static func writeID(of op: Beacon_V1_Request.OneOf_Op) -> Data? {
-        switch op {
-        case .put(let put): put.writeID
-        case .delete(let delete): delete.writeID
-        case .txn(let txn): txn.writeID
-        default: nil
-        }
     }
 
     /// Checks `op` against this relay's rules, limits and the protocol's own limits, and puts the
@@ -510,15 +401,7 @@ final class Relay: WriteAuthority {
             refusal.operationIndex = UInt32(index)
             throw refusal
         }
-        if let problem = WriteOp.countProblem(ops.count) {
-            throw WritePath.rejection(problem.code, problem.message, key: "", index: 0, current: 0, operations: ops.count)
-        }
-        for index in ops.indices {
-            if let problem = ops[index].inputProblem ?? ops[index].limitProblem {
-                throw WritePath.rejection(problem.code, problem.message, key: ops[index].key, index: index, current: 0,
-                                          operations: ops.count)
-            }
-        }
+        try ForwardingGate.checkLimits(of: ops)
     }
 
     /// Answers a forwarded request with the upstream's reply, or — when none came in time — with
@@ -533,15 +416,15 @@ final class Relay: WriteAuthority {
             answer.error = Refusal(.upstreamUnavailable, "no answer from this relay's upstream (none within \(UpstreamLink.forwardTimeoutMilliseconds) ms, or its connection ended): "
                 + "the write may or may not have been applied; retry with the same write_id to find out").wire(headRevision: writes.durableRevision)
             writes.fill(forwarded.ticket, with: answer)
-            fences.unavailable(forwarded.connection, writeID: forwarded.writeID, at: writes.clock.now().milliseconds)
-            return answered(forwarded.connection, host: host)
+            gate.answeredUnavailable(forwarded.connection, writeID: forwarded.clientWriteID)
+            return gate.answered(forwarded.connection)
         }
         reply.id = forwarded.id
         switch reply.result {
         case .write(let write) where write.revision > writes.durableRevision || link.upstreamEpoch != writes.epoch:
             // In revision order (the upstream answers one connection in order; a refusal between
             // two writes is answered at once).
-            awaitingMirror.add(Answered(connection: forwarded.connection, ticket: forwarded.ticket, reply: reply),
+            awaitingMirror.add(HeldAnswer(connection: forwarded.connection, ticket: forwarded.ticket, reply: reply),
                                epoch: link.upstreamEpoch, revision: write.revision)
             mirrorAdvanced(host: host)
             return
@@ -554,14 +437,7 @@ final class Relay: WriteAuthority {
             break
         }
         writes.fill(forwarded.ticket, with: reply)
-        answered(forwarded.connection, host: host)
-    }
-
-    /// A forwarded request of `connection` was answered. Once none is left, the answers held for
-    /// the connection are on their way to its client, and a fence counts its hold from now.
-    private func answered(_ connection: RoutingID, host: some AuthorityHost) {
-        order.answered(for: connection)
-        if order.unanswered[connection] == nil { fences.answersGiven(connection, at: host.writes.clock.now().milliseconds) }
+        gate.answered(forwarded.connection)
     }
 
     // MARK: Reporting

@@ -1,4 +1,5 @@
 import BeaconProtocol
+import Foundation
 
 /// A relay's request order per connection. A write it forwards is answered by the upstream later;
 /// whatever the same connection sends after it — a read that must see it, a write that must not
@@ -120,6 +121,27 @@ struct ForwardingOrder<Request> {
 
     /// Whether anything is to be handed back.
     var hasDue: Bool { !due.isEmpty || handingBack != nil }
+}
+
+/// A request forwarded and not yet answered: where its answer goes, and what was sent
+/// (`Work`: what the authority needs of it once answered).
+struct ForwardedRequest<Work> {
+    var connection: RoutingID
+    var ticket: HoldTicket
+    /// The client's request id.
+    var id: UInt64
+    /// The client's write id, as it sent it (empty for a `KeepAlive`, or a write without one).
+    var clientWriteID: Data
+    var work: Work
+}
+
+/// A forwarded write's answer, held until this daemon's journal shows its revision.
+struct HeldAnswer {
+    var connection: RoutingID
+    var ticket: HoldTicket
+    var reply: Beacon_V1_Reply
+    /// A retry of a write applied earlier: its versions are read from the journal once shown.
+    var replayedRevision: UInt64?
 }
 
 /// Writes the upstream acknowledged at a revision this relay has not journaled yet, in revision
