@@ -177,7 +177,7 @@ bench-etcd: release
 # Man pages from the swift-argument-parser definitions (the plugin builds in release mode).
 man: release
 	$(SWIFT) package generate-manual
-	@mkdir -p .build/man && cp .build/plugins/GenerateManual/outputs/beacon/beacon.1 .build/plugins/GenerateManual/outputs/beacond/beacond.1 .build/man/
+	@mkdir -p .build/man && cp .build/plugins/GenerateManual/outputs/BeaconCLI/beacon.1 .build/plugins/GenerateManual/outputs/beacond/beacond.1 .build/man/
 	@# The generator puts a "subcommand" argument into every synopsis; beacond has none.
 	@sed -i '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/{/^\.Ar subcommand$$/d}' .build/man/beacond.1
 	@echo "man pages in .build/man"

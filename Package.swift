@@ -6,7 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "beacond", targets: ["beacond"]),
-        .executable(name: "beacon", targets: ["beacon"]),
+        .executable(name: "beacon", targets: ["BeaconCLI"]),
         .library(name: "BeaconDaemon", targets: ["BeaconDaemon"]),
         .library(name: "BeaconWire", targets: ["BeaconWire"]),
         .library(name: "BeaconProtocol", targets: ["BeaconProtocol"]),
@@ -94,7 +94,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
-        .executableTarget(name: "beacon", dependencies: [
+        .executableTarget(name: "BeaconCLI", dependencies: [
             "BeaconWire", "BeaconProtocol", "BeaconZMQ",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

@@ -34,22 +34,22 @@ extension Beacon {
 
             // Throughput: keep `window` puts in flight.
             var outstanding = 0, refused = 0
-            func receive() {
+            func receive() throws {
                 let reply: Beacon_V1_Reply?
-                do { reply = try client.receiveReply(timeoutMilliseconds: connection.timeout) } catch { connection.fail(error) }
-                guard let reply else { die("beacon: no reply from the daemon within \(connection.timeout) ms", code: ExitCode32.unavailable) }
+                do { reply = try client.receiveReply(timeoutMilliseconds: connection.timeout) } catch { throw connection.failure(error) }
+                guard let reply else { throw CommandFailure("beacon: no reply from the daemon within \(connection.timeout) ms", code: ExitCode32.unavailable) }
                 if case .error = reply.result { refused += 1 }
                 outstanding -= 1
             }
             var progress = ProgressLine()
             let start = DispatchTime.now().uptimeNanoseconds
             for i in 0..<writes {
-                do { try client.send(.put(.with { $0.key = names[i % keys]; $0.value = value })) } catch { connection.fail(error) }
+                do { try client.send(.put(.with { $0.key = names[i % keys]; $0.value = value })) } catch { throw connection.failure(error) }
                 outstanding += 1
-                while outstanding >= window { receive() }
+                while outstanding >= window { try receive() }
                 progress.show("beacon bench: pipelined puts \(i + 1) of \(writes)")
             }
-            while outstanding > 0 { receive() }
+            while outstanding > 0 { try receive() }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
             let rate = writes > 0 ? Double(writes) / seconds : 0
 
@@ -58,7 +58,7 @@ extension Beacon {
             latencies.reserveCapacity(samples)
             for i in 0..<samples {
                 let begin = DispatchTime.now().uptimeNanoseconds
-                _ = connection.run { (client) throws(WireError) in
+                _ = try connection.run { (client) throws(WireError) in
                     try client.put(names[i % keys], value, timeoutMilliseconds: connection.timeout)
                 }
                 latencies.append(Double(DispatchTime.now().uptimeNanoseconds - begin) / 1000)
@@ -83,7 +83,7 @@ extension Beacon {
                 p99 \(String(format: "%.1f", percentile(0.99))) µs   p99.9 \(String(format: "%.1f", percentile(0.999))) µs   \
                 max \(String(format: "%.1f", latencies.last ?? 0)) µs
                 """
-            connection.print(object, text: text)
+            try connection.print(object, text: text)
         }
     }
 }

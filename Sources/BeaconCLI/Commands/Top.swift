@@ -28,16 +28,16 @@ extension Beacon {
             var previous: (stats: Beacon_V1_StatsReply, at: Date)?
             var shown = 0
             while count.map({ shown < $0 }) ?? true {
-                if standardOutputIsClosed() { die("beacon: output closed", code: ExitCode32.outputClosed) }
-                let stats = connection.run { (client) throws(WireError) in try client.stats(timeoutMilliseconds: connection.timeout) }
+                if standardOutputIsClosed() { throw CommandFailure("beacon: output closed", code: ExitCode32.outputClosed) }
+                let stats = try connection.run { (client) throws(WireError) in try client.stats(timeoutMilliseconds: connection.timeout) }
                 let now = Date()
                 let view = Self.view(of: stats, since: previous, at: now)
                 if onTerminal {
                     // Home, clear the screen, then the view: it stays in place as it is redrawn.
                     var text = "\u{1B}[H\u{1B}[2J" + Self.text(of: view, stats: stats, interval: interval) + "\n"
-                    writeText(&text)
+                    try writeText(&text)
                 } else {
-                    writeLine(jsonLine(view))
+                    try writeLine(jsonLine(view))
                 }
                 previous = (stats, now)
                 shown += 1
