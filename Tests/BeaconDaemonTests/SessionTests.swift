@@ -24,16 +24,14 @@ struct SessionTests {
     /// Waits until `key` is gone (10 s at most). The daemon fires what came due after the pass
     /// that read the waking request, and a request sent on its answer may be read in that pass.
     private func waitUntilGone(_ key: String, _ client: WireClient) throws -> Bool {
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
+        try waitUntil(seconds: 10) {
             do {
                 _ = try client.get(key)
-            } catch where error.reply?.code == .notFound {
+                return false
+            } catch let error as WireError where error.reply?.code == .notFound {
                 return true
             }
-            Thread.sleep(forTimeInterval: 0.005)
         }
-        return false
     }
 
     @Test func aSessionsKeysVanishInOneRevisionWhenItIsNotRenewed() async throws {

@@ -1,4 +1,5 @@
 import Beacon
+import BeaconTestSupport
 import BeaconWire
 import Foundation
 import Testing
@@ -8,6 +9,11 @@ import Testing
 final class TestClient: @unchecked Sendable {
     let queue: DispatchQueue
     let client: BeaconClient
+
+    /// `duration` in seconds, as ``pollUntil(seconds:every:_:)`` takes it.
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
 
     init(runtimeDirectory: String, configure: (inout BeaconConfiguration) -> Void = { _ in }) throws {
         queue = DispatchQueue(label: "test-client")
@@ -30,14 +36,9 @@ final class TestClient: @unchecked Sendable {
     @discardableResult
     func wait(timeout: Duration = .seconds(30), _ what: String = "", sourceLocation: SourceLocation = #_sourceLocation,
               until condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if queue.sync(execute: condition) { return true }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        // Once more after the deadline: a test that sleeps may be resumed long after it (the
-        // suite's blocking tests can hold every thread of the pool), with the condition met.
-        if queue.sync(execute: condition) { return true }
+        // Checked once more after the deadline: a test that sleeps may be resumed long after it
+        // (the suite's blocking tests can hold every thread of the pool), with the condition met.
+        if await pollUntil(seconds: Self.seconds(timeout), every: .milliseconds(10), { queue.sync(execute: condition) }) { return true }
         Issue.record("timed out waiting \(what)", sourceLocation: sourceLocation)
         return false
     }
@@ -115,14 +116,10 @@ final class ProbeProcess: @unchecked Sendable {
 
     /// Waits until the probe's mirror satisfies `condition`.
     func waitForState(timeout: Duration = .seconds(30), _ condition: ([String: Int], String) -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        try await pollUntil(seconds: TestClient.seconds(timeout), every: .milliseconds(50)) {
             let dump = try await dump()
-            if condition(dump.state, dump.connection) { return true }
-            try await Task.sleep(for: .milliseconds(50))
+            return condition(dump.state, dump.connection)
         }
-        let dump = try await dump()  // once more after the deadline, as in TestClient.wait
-        return condition(dump.state, dump.connection)
     }
 
     /// History lines as (revision, key, value or nil for deletions).

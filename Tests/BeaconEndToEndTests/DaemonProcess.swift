@@ -110,16 +110,6 @@ final class DaemonProcess {
     }
 }
 
-/// Checks `condition` until it holds or `seconds` pass; returns whether it held.
-func waitUntil(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try condition() { return true }
-        Thread.sleep(forTimeInterval: 0.005)
-    }
-    return try condition()
-}
-
 /// Waits until the file at `path` has the line `line`, while `process` runs (30 s at most).
 func waitForLine(_ line: String, inFile path: String, while process: Process) -> Bool {
     let deadline = Date().addingTimeInterval(30)

@@ -17,9 +17,8 @@ struct HistoryStreamTests {
 
     /// Polls `condition` every 5 ms, for 20 s at most.
     static func waitUntil(_ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !condition() && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-        #expect(condition(), "not within 20 s")
+        let held = await pollUntil(seconds: 20) { condition() }
+        #expect(held, "not within 20 s")
     }
 
     static func revision(_ event: HistoryEvent?) -> UInt64? {

@@ -99,19 +99,6 @@ func dropConnections(toPort port: Int) throws {
     #expect(ss.terminationStatus == 0 && !killed.isEmpty, "ss -K (iproute2) dropped no connection to \(port)")
 }
 
-/// Waits up to `seconds` for `condition`; records an issue naming `what` if it never holds.
-@discardableResult
-func eventually(_ what: String, seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try condition() { return true }
-        usleep(20_000)
-    }
-    if try condition() { return true }
-    Issue.record("not within \(seconds) s: \(what)")
-    return false
-}
-
 /// The daemon's error that `body` was refused with; `nil` if it succeeded or failed otherwise.
 func refusal(_ body: () throws -> Void) -> Beacon_V1_Error? {
     do {

@@ -34,12 +34,13 @@ final class NotifyListener: @unchecked Sendable {
     /// Waits for a message (after the first `after` ones) that contains `text`; returns its index.
     /// - Throws: when none arrives in time (a slow machine gets a generous default).
     func waitFor(_ text: String, after: Int = 0, timeout: Duration = .seconds(60)) async throws -> Int {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        var found: Int?
+        _ = await pollUntil(seconds: TestClient.seconds(timeout), every: .milliseconds(10)) {
             let all = messages
-            if let index = all.indices.dropFirst(after).first(where: { all[$0].contains(text) }) { return index }
-            try await Task.sleep(for: .milliseconds(10))
+            found = all.indices.dropFirst(after).first { all[$0].contains(text) }
+            return found != nil
         }
+        if let found { return found }
         throw NotificationMissing(text: text, after: after, received: messages)
     }
 
