@@ -10,11 +10,6 @@ final class TestClient: @unchecked Sendable {
     let queue: DispatchQueue
     let client: BeaconClient
 
-    /// `duration` in seconds, as ``pollUntil(seconds:every:_:)`` takes it.
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
-
     init(runtimeDirectory: String, configure: (inout BeaconConfiguration) -> Void = { _ in }) throws {
         queue = DispatchQueue(label: "test-client")
         var configuration = BeaconConfiguration(runtimeDirectory: runtimeDirectory)
@@ -38,7 +33,7 @@ final class TestClient: @unchecked Sendable {
               until condition: () -> Bool) async -> Bool {
         // Checked once more after the deadline: a test that sleeps may be resumed long after it
         // (the suite's blocking tests can hold every thread of the pool), with the condition met.
-        if await pollUntil(seconds: Self.seconds(timeout), every: .milliseconds(10), { queue.sync(execute: condition) }) { return true }
+        if await pollUntil(within: timeout, every: .milliseconds(10), { queue.sync(execute: condition) }) { return true }
         Issue.record("timed out waiting \(what)", sourceLocation: sourceLocation)
         return false
     }
@@ -116,7 +111,7 @@ final class ProbeProcess: @unchecked Sendable {
 
     /// Waits until the probe's mirror satisfies `condition`.
     func waitForState(timeout: Duration = .seconds(30), _ condition: ([String: Int], String) -> Bool) async throws -> Bool {
-        try await pollUntil(seconds: TestClient.seconds(timeout), every: .milliseconds(50)) {
+        try await pollUntil(within: timeout, every: .milliseconds(50)) {
             let dump = try await dump()
             return condition(dump.state, dump.connection)
         }

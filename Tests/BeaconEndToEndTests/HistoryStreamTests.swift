@@ -17,7 +17,7 @@ struct HistoryStreamTests {
 
     /// Polls `condition` every 5 ms, for 20 s at most.
     static func waitUntil(_ condition: () -> Bool) async throws {
-        let held = await pollUntil(seconds: 20) { condition() }
+        let held = await pollUntil(within: .seconds(20)) { condition() }
         #expect(held, "not within 20 s")
     }
 

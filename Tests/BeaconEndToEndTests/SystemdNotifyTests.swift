@@ -35,7 +35,7 @@ final class NotifyListener: @unchecked Sendable {
     /// - Throws: when none arrives in time (a slow machine gets a generous default).
     func waitFor(_ text: String, after: Int = 0, timeout: Duration = .seconds(60)) async throws -> Int {
         var found: Int?
-        _ = await pollUntil(seconds: TestClient.seconds(timeout), every: .milliseconds(10)) {
+        _ = await pollUntil(within: timeout, every: .milliseconds(10)) {
             let all = messages
             found = all.indices.dropFirst(after).first { all[$0].contains(text) }
             return found != nil

@@ -27,9 +27,9 @@ public func eventually(_ what: String, seconds: Double = 10, sourceLocation: Sou
 
 /// ``waitUntil(seconds:_:)`` from async code: the task sleeps between checks, so that no thread
 /// of the shared pool is held while it waits.
-public func pollUntil(seconds: Double, every interval: Duration = .milliseconds(5),
+public func pollUntil(within timeout: Duration, every interval: Duration = .milliseconds(5),
                       _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+    let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return true }
         try? await Task.sleep(for: interval)

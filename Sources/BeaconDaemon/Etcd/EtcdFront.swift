@@ -89,7 +89,6 @@ final class EtcdFront: ForwardingAuthority {
     }
 
     var stagesWritesHere: Bool { false }
-    var servesConsistentReads: Bool { true }
 
     // MARK: The loop
 

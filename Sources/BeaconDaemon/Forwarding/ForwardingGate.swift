@@ -28,8 +28,8 @@ final class ForwardingGate {
         case handleNow
         /// It waits, and is handed back by ``handBack(host:)``; or its connection was closed.
         case held
-        /// A consistent read, which keeps its place while its read index is asked for: the
-        /// authority asks for one when ``takeConsistentRead(_:)`` says so.
+        /// A consistent read, which keeps its place while its read index is asked for
+        /// (``start(_:unlessRefused:host:askReadIndex:)``).
         case consistentRead(WaitingRequest)
     }
 
@@ -55,8 +55,8 @@ final class ForwardingGate {
 
     /// Decides whether `request` goes now, waits behind its connection's forwarded requests, or
     /// is a consistent read to start; closes a connection whose waiting requests pass the bound.
-    func admit(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
-               host: some AuthorityHost) -> Admission {
+    private func admit(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
+                       host: some AuthorityHost) -> Admission {
         let connection = route.connection
         let waiting = WaitingRequest(request: request, route: route, inBatch: inBatch, context: context)
         switch order.admit(waiting, of: connection, isForwarded: Self.isForwarded(request),
@@ -154,9 +154,8 @@ final class ForwardingGate {
 
     /// Takes a consistent read, which keeps its connection's place until it is answered (nothing
     /// the connection sends after it is forwarded ahead of it).
-    /// - Returns: whether a read index is to be asked for now (none is on its way); ask with
-    ///   ``askingReadIndex(token:)``.
-    func takeConsistentRead(_ read: WaitingRequest) -> Bool {
+    /// - Returns: whether a read index is to be asked for now (none is on its way).
+    private func takeConsistentRead(_ read: WaitingRequest) -> Bool {
         order.forwarded(by: read.route.connection, barrier: true)
         return reads.add(read, now: clock.now().milliseconds)
     }
@@ -270,6 +269,8 @@ protocol ForwardingAuthority: WriteAuthority {
 }
 
 extension ForwardingAuthority {
+    var servesConsistentReads: Bool { true }
+
     func holdsBack(_ request: Beacon_V1_Request, route: ReplyRoute, inBatch: Bool, replaying: Bool, context: RequestContext,
                    host: some AuthorityHost) -> Bool {
         gate.holdsBack(request, route: route, inBatch: inBatch, replaying: replaying, context: context, host: host) { read in

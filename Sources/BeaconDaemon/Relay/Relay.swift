@@ -28,7 +28,6 @@ final class Relay: ForwardingAuthority {
     let gate: ForwardingGate
     private var awaitingMirror = MirrorWaiters<HeldAnswer>()
     private(set) var writesForwarded: UInt64 = 0
-    var servesConsistentReads: Bool { true }
     /// What the link last reported complete (``UpstreamLink/completeThrough``).
     private var lastCompleteThrough: UInt64 = 0
 
